@@ -1,0 +1,45 @@
+"""Reading and writing capture files (pcap and pcapng) through scapy's raw readers/writers.
+
+Only raw bytes cross this module: scapy never dissects anything here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+LINKTYPE_ETHERNET = 1
+
+
+@dataclass(slots=True)
+class CapturedFrame:
+    number: int  # 1-based, as tshark counts
+    timestamp: float  # seconds since the epoch
+    data: bytes
+    ifname: str | None = None
+    linktype: int = LINKTYPE_ETHERNET
+
+
+def read_capture(path: str) -> Iterator[CapturedFrame]:
+    """Yield every frame of a pcap or pcapng file (the format is detected from its magic)."""
+    from scapy.utils import RawPcapReader  # imported lazily: scapy is slow to import
+
+    with RawPcapReader(path) as reader:
+        for number, (data, meta) in enumerate(reader, start=1):
+            if hasattr(meta, "tsresol"):  # pcapng
+                ts = ((meta.tshigh << 32) | meta.tslow) / meta.tsresol
+                ifname = meta.ifname.decode(errors="replace") if meta.ifname else None
+                linktype = meta.linktype
+            else:
+                ts = meta.sec + meta.usec / 1e6
+                ifname = None
+                linktype = getattr(reader, "linktype", LINKTYPE_ETHERNET)
+            yield CapturedFrame(number, ts, bytes(data), ifname, linktype)
+
+
+def write_pcap(path: str, frames: list[bytes]) -> None:
+    """Write Ethernet frames to a classic pcap file."""
+    from scapy.utils import RawPcapWriter
+
+    with RawPcapWriter(path, linktype=LINKTYPE_ETHERNET, sync=True) as writer:
+        for data in frames:
+            writer.write(data)

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a Debian 12 machine, run as root: the apt packages the
+# daemon, the lab and the tests need, and a virtualenv in .venv with batmand
+# installed in editable mode together with its test dependencies.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(python3 python3-venv python3-dev gcc iproute2 tshark)
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing apt packages: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null; then
+    echo "setup: creating .venv with $($PYTHON --version)"
+    rm -rf .venv
+    "$PYTHON" -m venv .venv
+fi
+# Reinstall only when pyproject.toml changed since the last successful install.
+stamp=.venv/.batmand-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    .venv/bin/pip install -q --upgrade pip
+    .venv/bin/pip install -q -e '.[test]'
+    touch "$stamp"
+fi
+echo "setup: ready ($(.venv/bin/python --version))"

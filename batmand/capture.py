@@ -4,10 +4,16 @@ Only raw bytes cross this module: scapy never dissects anything here."""
 
 from __future__ import annotations
 
+import struct
+
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 LINKTYPE_ETHERNET = 1
+
+
+class CaptureFileError(ValueError):
+    """The file is not a readable pcap/pcapng capture."""
 
 
 @dataclass(slots=True)
@@ -21,10 +27,15 @@ class CapturedFrame:
 
 def read_capture(path: str) -> Iterator[CapturedFrame]:
     """Yield every frame of a pcap or pcapng file (the format is detected from its magic)."""
+    from scapy.error import Scapy_Exception
     from scapy.utils import RawPcapReader  # imported lazily: scapy is slow to import
 
-    with RawPcapReader(path) as reader:
-        for number, (data, meta) in enumerate(reader, start=1):
+    try:
+        reader = RawPcapReader(path)
+    except (Scapy_Exception, EOFError, struct.error) as exc:
+        raise CaptureFileError(f"{path}: {exc}") from None
+    with reader:
+        for number, (data, meta) in enumerate(_records(reader, path), start=1):
             if hasattr(meta, "tsresol"):  # pcapng
                 ts = ((meta.tshigh << 32) | meta.tslow) / meta.tsresol
                 ifname = meta.ifname.decode(errors="replace") if meta.ifname else None
@@ -34,6 +45,20 @@ def read_capture(path: str) -> Iterator[CapturedFrame]:
                 ifname = None
                 linktype = getattr(reader, "linktype", LINKTYPE_ETHERNET)
             yield CapturedFrame(number, ts, bytes(data), ifname, linktype)
+
+
+def _records(reader, path):
+    """The reader's records; a damaged tail of the file becomes a CaptureFileError."""
+    from scapy.error import Scapy_Exception
+
+    iterator = iter(reader)
+    while True:
+        try:
+            yield next(iterator)
+        except StopIteration:
+            return
+        except (Scapy_Exception, EOFError, struct.error) as exc:
+            raise CaptureFileError(f"{path}: damaged capture file: {exc}") from None
 
 
 def write_pcap(path: str, frames: list[bytes]) -> None:

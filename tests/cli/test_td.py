@@ -1,0 +1,127 @@
+"""batmanctl td: capture files, JSON output, malformed input, and live capture on a veth."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from batmand.capture import write_pcap
+from batmand.cli.tcpdump import format_frame
+from batmand.wire import BROADCAST, Elp, IvOgm, Mac, build_frame, ELP_TVLV_PADDING
+from tests.conftest import PCAP_DIR
+from tests.netns import in_netns, ip, namespace
+
+BATMANCTL = [sys.executable, "-m", "batmand.cli.main"]
+A, B = Mac("02:00:00:00:01:01"), Mac("02:00:00:00:02:01")
+
+
+def batmanctl(*args, **kw):
+    return subprocess.run(BATMANCTL + list(args), capture_output=True, text=True, timeout=60, **kw)
+
+
+def test_reads_every_reference_capture():
+    for path in sorted(PCAP_DIR.glob("*.pcapng")):
+        result = batmanctl("td", "-r", str(path))
+        assert result.returncode == 0, result.stderr
+        assert "malformed" not in result.stdout
+        assert result.stdout.count("BAT ") > 10
+
+
+def test_text_lines_in_batctl_style():
+    out = batmanctl("td", "-r", str(PCAP_DIR / "batman_iv-3node-line-batctl-ping-traceroute.pcapng")).stdout
+    assert "BAT 02:00:00:00:01:01 > 02:00:00:00:03:01: ICMP echo request, id " in out
+    assert "ICMP time exceeded in-transit" in out
+    assert ": OGM IV via neigh 02:00:00:00:02:01, seq " in out and "flags [.D.]" in out
+    out = batmanctl("td", "-r", str(PCAP_DIR / "batman_iv-2node-dat-4addr.pcapng")).stdout
+    assert "4ADDR, subtype 2, ttvn 1, ttl 50, ARP, Request who-has 10.254.0.12 tell 10.254.0.1" in out
+    out = batmanctl("td", "-r", str(PCAP_DIR / "batman_iv-2node-tt-request-response.pcapng"), "-p", "64").stdout
+    assert "\tTVLV TTv1: TT RESPONSE [F] ttvn=4 vlan_num=1 entry_num=8" in out
+    assert "OGM IV" not in out  # -p 64: unicast TVLV only
+
+
+def test_json_has_every_field_with_names():
+    out = batmanctl("td", "--json", "-r", str(PCAP_DIR / "batman_iv-2node-fragmentation.pcapng")).stdout
+    objs = [json.loads(line) for line in out.splitlines()]
+    types = {p["packet_type"] for o in objs for p in o["packets"]}
+    assert {"iv_ogm", "unicast", "unicast_frag"} <= types
+    frag = next(p for o in objs for p in o["packets"] if p["packet_type"] == "unicast_frag")
+    assert frag["orig"] == "02:00:00:00:01:01" and frag["total_size"] == 1452 and frag["no"] == 0
+    ogm = next(p for o in objs for p in o["packets"] if p["packet_type"] == "iv_ogm")
+    assert {"seqno", "orig", "prev_sender", "tq", "tvlv_len", "ttl", "flags", "tvlvs"} <= set(ogm)
+
+
+def test_malformed_frames_print_a_reason_and_decoding_goes_on(tmp_path):
+    good = build_frame(BROADCAST, A, Elp(orig=A, seqno=1), padding=ELP_TVLV_PADDING)
+    ogm = build_frame(BROADCAST, A, IvOgm(seqno=5, orig=A, prev_sender=A))
+    not_batman = bytes(B) + bytes(A) + b"\x08\x00" + bytes(40)
+    frames = [good, ogm[:30], not_batman, bytes(B) + bytes(A) + b"\x43\x05\x99\x0f", good[:5], good]
+    path = tmp_path / "mixed.pcap"
+    write_pcap(str(path), frames)
+    result = batmanctl("td", "-r", str(path))
+    lines = result.stdout.splitlines()
+    assert result.returncode == 0
+    assert len(lines) == 5  # the non-batman frame is skipped
+    assert "ELP via iface" in lines[0] and "ELP via iface" in lines[4]
+    assert "malformed batman-adv frame, length 30: IV OGM header truncated" in lines[1]
+    assert "unknown packet type 0x99" in lines[2]
+    assert "Ethernet header truncated" in lines[3]
+    jlines = [json.loads(x) for x in batmanctl("td", "--json", "-r", str(path)).stdout.splitlines()]
+    assert [("error" in j) for j in jlines] == [False, True, True, True, False]
+
+
+def test_unreadable_file_is_a_clear_error(tmp_path):
+    path = tmp_path / "junk.pcap"
+    path.write_bytes(b"this is not a capture file")
+    result = batmanctl("td", "-r", str(path))
+    assert result.returncode == 1 and "cannot read" in result.stderr
+
+
+def test_format_frame_skips_non_batman():
+    assert format_frame(bytes(B) + bytes(A) + b"\x86\xdd" + bytes(50), 0.0) is None
+
+
+def test_live_capture_on_a_veth():
+    with namespace() as ns:
+        ip("link", "add", "tda", "type", "veth", "peer", "name", "tdb", netns=ns)
+        ip("link", "set", "tda", "up", netns=ns)
+        ip("link", "set", "tdb", "up", netns=ns)
+        capture = subprocess.Popen(in_netns(ns, BATMANCTL + ["td", "--json", "--count", "3", "tda"]),
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            frames = [build_frame(BROADCAST, A, Elp(orig=A, seqno=n), padding=ELP_TVLV_PADDING) for n in range(3)]
+            sender = (
+                "import socket,sys,time\n"
+                "s=socket.socket(socket.AF_PACKET,socket.SOCK_RAW)\n"
+                "s.bind(('tdb',0))\n"
+                "frames=[bytes.fromhex(h) for h in sys.argv[1:]]\n"
+                "for _ in range(50):\n"
+                "    [s.send(f) for f in frames]; time.sleep(0.1)\n"
+            )
+            time.sleep(0.5)  # let the capture socket open
+            subprocess.run(in_netns(ns, [sys.executable, "-c", sender] + [f.hex() for f in frames]),
+                           timeout=30, check=True)
+            out, err = capture.communicate(timeout=30)
+        finally:
+            if capture.poll() is None:
+                capture.kill()
+                capture.wait()
+    objs = [json.loads(line) for line in out.splitlines()]
+    assert len(objs) == 3, err
+    assert all(o["ifname"] == "tda" and o["packets"][0]["packet_type"] == "elp" for o in objs)
+
+
+def test_missing_interface_is_a_clear_error():
+    result = batmanctl("td", "no-such-if0")
+    assert result.returncode == 1 and "cannot capture" in result.stderr
+
+
+def test_capture_file_cut_in_the_middle_of_a_record(tmp_path):
+    path = tmp_path / "cut.pcap"
+    frame = build_frame(BROADCAST, A, Elp(orig=A, seqno=1), padding=ELP_TVLV_PADDING)
+    write_pcap(str(path), [frame, frame])
+    path.write_bytes(path.read_bytes()[:-10])
+    result = batmanctl("td", "-r", str(path))
+    assert "ELP via iface" in result.stdout  # the complete first frame is still shown
+    assert "Traceback" not in result.stderr

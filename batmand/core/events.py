@@ -1,0 +1,61 @@
+"""What the protocol core hands back to its caller: plain immutable records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from batmand.wire import Mac
+
+
+@dataclass(frozen=True, slots=True)
+class Transmit:
+    """Send `frame` (a whole Ethernet frame) out of hard interface `iface`."""
+
+    iface: str
+    frame: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """Hand `frame` (an Ethernet frame) to the host through the soft interface."""
+
+    frame: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class OrigRoute:
+    """How to reach an originator: next hop, the hard interface to use, its TT version."""
+
+    next_hop: Mac
+    iface: str
+    ttvn: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClientRoute:
+    """Which originator serves a client (mac, vid); `roam` makes senders use ttvn - 1."""
+
+    orig: Mac
+    roam: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardingUpdate:
+    """Changes to the data path's tables; a value of None removes the key."""
+
+    origs: dict  # Mac -> OrigRoute | None
+    clients: dict  # (Mac, vid) -> ClientRoute | None
+    local_clients: dict  # (Mac, vid) -> True | None
+
+
+@dataclass(frozen=True, slots=True)
+class IcmpResult:
+    """An answer to one of our own batman-adv pings / traceroute probes."""
+
+    msg_type: int  # IcmpMsgType
+    orig: Mac  # who answered
+    seqno: int
+    uid: int
+    ttl: int
+    now: float
+    rr: tuple = ()

@@ -14,7 +14,7 @@ from .mac import BROADCAST, Mac
 from .ogm import ELP_TVLV_PADDING, Elp, IvOgm, Ogm2
 from .tt_crc import crc32c_raw, tt_entry_crc, tt_vlan_crc
 from .tvlv import (DatTvlv, GatewayTvlv, McastTrackerTvlv, McastTvlv, RoamTvlv, TtChange, TtTvlv, TtVlan,
-                   UnknownTvlv, decode_tvlvs, encode_tvlvs)
+                   UnknownTvlv, decode_tvlvs, encode_tvlvs, tvlv_type, tvlv_version)
 from .unicast import Unicast, Unicast4Addr, UnicastFrag, UnicastTvlv, UnknownUnicast
 
 __all__ = [name for name in dir() if not name.startswith("_")]

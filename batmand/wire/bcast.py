@@ -10,7 +10,7 @@ from ._util import need, pack
 from .constants import COMPAT_VERSION, TTL, PacketType
 from .ethernet import InnerFrame
 from .mac import Mac
-from .tvlv import Tvlv, decode_tvlvs, encode_tvlvs
+from .tvlv import Tvlv, TvlvCarrier, decode_tvlvs, encode_tvlvs
 
 
 @dataclass(slots=True, kw_only=True)
@@ -42,7 +42,7 @@ class Bcast:
 
 
 @dataclass(slots=True, kw_only=True)
-class Mcast:
+class Mcast(TvlvCarrier):
     """struct batadv_mcast_packet (6 bytes) + TVLVs (a multicast tracker) + the inner frame."""
 
     HEADER: ClassVar[struct.Struct] = struct.Struct("!BBBBH")
@@ -53,10 +53,6 @@ class Mcast:
     reserved: int = 0
     tvlvs: list[Tvlv] = field(default_factory=list)
     inner: InnerFrame
-
-    @property
-    def tvlv_len(self) -> int:
-        return len(encode_tvlvs(self.tvlvs))
 
     @classmethod
     def decode(cls, buf, off: int = 0):

@@ -9,11 +9,21 @@ from typing import ClassVar
 from ._util import need, pack
 from .constants import COMPAT_VERSION, TTL, PacketType
 from .mac import Mac
-from .tvlv import Tvlv, decode_tvlvs, encode_tvlvs
+from .tvlv import Tvlv, TvlvCarrier, decode_tvlvs, encode_tvlvs
+
+
+def _element_size(cls, buf, off: int) -> int | None:
+    """Size of the aggregate element at `off` if its header and TVLVs fit and its
+    tvlv_len is even (the kernel's aggregate walk), else None."""
+    if len(buf) - off < cls.HEADER.size:
+        return None
+    (tvlv_len,) = struct.unpack_from("!H", buf, off + cls.TVLV_LEN_OFFSET)
+    size = cls.HEADER.size + tvlv_len
+    return size if size <= len(buf) - off and tvlv_len % 2 == 0 else None
 
 
 @dataclass(slots=True, kw_only=True)
-class IvOgm:
+class IvOgm(TvlvCarrier):
     """struct batadv_ogm_packet (24 bytes) followed by its TVLV containers."""
 
     HEADER: ClassVar[struct.Struct] = struct.Struct("!BBBBI6s6sBBH")
@@ -29,18 +39,11 @@ class IvOgm:
     tq: int = 255
     tvlvs: list[Tvlv] = field(default_factory=list)
 
-    @property
-    def tvlv_len(self) -> int:
-        return len(encode_tvlvs(self.tvlvs))
+    TVLV_LEN_OFFSET: ClassVar[int] = 22
 
     @classmethod
     def peek_size(cls, buf, off: int) -> int | None:
-        """Size of the element at `off` if its header and TVLVs fit, else None."""
-        if len(buf) - off < cls.HEADER.size:
-            return None
-        (tvlv_len,) = struct.unpack_from("!H", buf, off + cls.HEADER.size - 2)
-        size = cls.HEADER.size + tvlv_len
-        return size if size <= len(buf) - off and tvlv_len % 2 == 0 else None
+        return _element_size(cls, buf, off)
 
     @classmethod
     def decode(cls, buf, off: int = 0):
@@ -60,7 +63,7 @@ class IvOgm:
 
 
 @dataclass(slots=True, kw_only=True)
-class Ogm2:
+class Ogm2(TvlvCarrier):
     """struct batadv_ogm2_packet (20 bytes) followed by its TVLV containers.
 
     `throughput` is the path throughput in units of 100 kbit/s (originator: 0xffffffff)."""
@@ -76,17 +79,11 @@ class Ogm2:
     throughput: int = 0xFFFFFFFF
     tvlvs: list[Tvlv] = field(default_factory=list)
 
-    @property
-    def tvlv_len(self) -> int:
-        return len(encode_tvlvs(self.tvlvs))
+    TVLV_LEN_OFFSET: ClassVar[int] = 14
 
     @classmethod
     def peek_size(cls, buf, off: int) -> int | None:
-        if len(buf) - off < cls.HEADER.size:
-            return None
-        (tvlv_len,) = struct.unpack_from("!H", buf, off + 14)
-        size = cls.HEADER.size + tvlv_len
-        return size if size <= len(buf) - off and tvlv_len % 2 == 0 else None
+        return _element_size(cls, buf, off)
 
     @classmethod
     def decode(cls, buf, off: int = 0):

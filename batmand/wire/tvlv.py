@@ -257,6 +257,16 @@ def encode_tvlvs(tvlvs: list[Tvlv]) -> bytes:
     return b"".join(encode_tvlv(t) for t in tvlvs)
 
 
+class TvlvCarrier:
+    """Mixin for packets with a `tvlvs` list: tvlv_len is derived, never stored."""
+
+    __slots__ = ()
+
+    @property
+    def tvlv_len(self) -> int:
+        return len(encode_tvlvs(self.tvlvs))
+
+
 def tvlv_to_json(tvlv: Tvlv) -> dict:
     from ._util import to_jsonable
 

@@ -12,7 +12,7 @@ from .constants import COMPAT_VERSION, TTL, PacketType
 from .errors import WireError
 from .ethernet import InnerFrame
 from .mac import Mac
-from .tvlv import Tvlv, decode_tvlvs, encode_tvlvs
+from .tvlv import Tvlv, TvlvCarrier, decode_tvlvs, encode_tvlvs
 
 
 @dataclass(slots=True, kw_only=True)
@@ -110,7 +110,7 @@ class UnicastFrag:
 
 
 @dataclass(slots=True, kw_only=True)
-class UnicastTvlv:
+class UnicastTvlv(TvlvCarrier):
     """struct batadv_unicast_tvlv_packet (20 bytes) + TVLVs: TT request/response, roaming."""
 
     HEADER: ClassVar[struct.Struct] = struct.Struct("!BBBB6s6sHH")
@@ -123,10 +123,6 @@ class UnicastTvlv:
     src: Mac
     align: int = 0
     tvlvs: list[Tvlv] = field(default_factory=list)
-
-    @property
-    def tvlv_len(self) -> int:
-        return len(encode_tvlvs(self.tvlvs))
 
     @classmethod
     def decode(cls, buf, off: int = 0):

@@ -1,0 +1,387 @@
+"""B.A.T.M.A.N. IV (the kernel's bat_iv_ogm.c): own OGMs, the receive pipeline with the
+bidirectional link check, route ranking, forwarding and OGM aggregation.
+
+State that belongs to originators lives in originator.py; the mesh (mesh.py) provides the
+hard interfaces, the TVLVs, route updates and transmission."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from batmand.wire import BROADCAST, IvOgm, Mac, OgmFlags, build_frame
+from batmand.wire.constants import TTL
+
+from .bitarray import WINDOW_SIZE, bit_get_packet, popcount, seq_diff32, test_bit, window_protected
+from .hardif import HardInterface
+from .originator import NeighNode, OrigNode
+
+TQ_MAX = 255
+OGM_HLEN = 24
+MAX_AGGREGATION_BYTES = 512
+MAX_AGGREGATION_PACKETS = 32
+MAX_AGGREGATION_MS = 100
+BIDIRECT_SEND_MINIMUM = 1
+BIDIRECT_RECV_MINIMUM = 1
+TOTAL_BIDIRECT_LIMIT = 1
+
+NO_DUP, ORIG_DUP, NEIGH_DUP, PROTECTED = range(4)
+_WINDOW_CUBE = WINDOW_SIZE ** 3
+
+
+@dataclass(eq=False)
+class ForwPacket:
+    """An OGM aggregate waiting for its send time on one outgoing interface."""
+
+    send_time: float
+    if_incoming: HardInterface
+    if_outgoing: HardInterface
+    own: bool
+    ogms: list[IvOgm] = field(default_factory=list)
+    direct_link: list[bool] = field(default_factory=list)
+    size: int = 0
+
+
+def hop_penalty(tq: int, penalty: int) -> int:
+    return tq * (TQ_MAX - penalty) // TQ_MAX
+
+
+class BatmanIV:
+    name = "BATMAN_IV"
+
+    def __init__(self, mesh) -> None:
+        self.mesh = mesh
+        self.queue: list[ForwPacket] = []
+
+    # --- metric used by the generic parts (purge, TT best originator, gateways) -----------
+
+    @staticmethod
+    def metric(neigh: NeighNode, outif=None) -> int:
+        info = neigh.ifinfo_get(outif)
+        return info.tq_avg if info else 0
+
+    # --- own OGMs ---------------------------------------------------------------------------
+
+    def iface_enabled(self, now: float, iface: HardInterface) -> None:
+        iface.ogm_seqno = self.mesh.rng.getrandbits(32)
+        self.schedule_own(now, iface)
+
+    def iface_disabled(self, iface: HardInterface) -> None:
+        self.queue = [p for p in self.queue if p.if_incoming is not iface and p.if_outgoing is not iface]
+
+    def _send_time(self, now: float) -> float:
+        cfg = self.mesh.config
+        jitter = cfg.jitter_ms
+        return now + (cfg.orig_interval_ms - jitter + self.mesh.rng.randrange(2 * jitter)) / 1000.0
+
+    def schedule_own(self, now: float, iface: HardInterface) -> None:
+        """batadv_iv_ogm_schedule_buff: consume a seqno, slide the echo windows, queue."""
+        if not iface.active:
+            return
+        primary = self.mesh.primary
+        is_primary = iface is primary
+        tvlvs = self.mesh.ogm_tvlvs(now) if is_primary else []
+        ogm = IvOgm(ttl=TTL if is_primary else 2, flags=0, seqno=iface.ogm_seqno, orig=iface.mac,
+                    prev_sender=iface.mac, tq=TQ_MAX, tvlvs=tvlvs)
+        iface.ogm_seqno = (iface.ogm_seqno + 1) & 0xFFFFFFFF
+        self._slide_own_window(iface)
+        send_time = self._send_time(now)
+        targets = self.mesh.active_ifaces() if is_primary else [iface]
+        for out in targets:
+            self._queue_add(ogm, iface, out, own=True, send_time=send_time)
+
+    def own_ogm_sent(self, iface: HardInterface, seqno: int) -> None:
+        """Replaying a capture of a kernel node: it just sent its own OGM `seqno` and has
+        scheduled the next one (counter = seqno + 2, echo windows slid once)."""
+        iface.ogm_seqno = (seqno + 2) & 0xFFFFFFFF
+        self._slide_own_window(iface)
+
+    def _slide_own_window(self, iface: HardInterface) -> None:
+        for orig_node in self.mesh.originators.nodes.values():
+            info = orig_node.ifinfo_get(iface)
+            if info is not None:
+                info.bcast_own, _ = bit_get_packet(info.bcast_own, 1, False)
+                info.bcast_own_sum = popcount(info.bcast_own)
+
+    # --- aggregation queue ------------------------------------------------------------------
+
+    def _can_aggregate(self, ogm: IvOgm, size: int, send_time: float, direct_link: bool,
+                       if_incoming: HardInterface, if_outgoing: HardInterface, packet: ForwPacket) -> bool:
+        """batadv_iv_ogm_can_aggregate."""
+        if not (send_time < packet.send_time <= send_time + MAX_AGGREGATION_MS / 1000.0):
+            return False
+        if packet.size + size > min(MAX_AGGREGATION_BYTES, if_outgoing.mtu):
+            return False
+        if len(packet.ogms) >= MAX_AGGREGATION_PACKETS or packet.if_outgoing is not if_outgoing:
+            return False
+        primary = self.mesh.primary
+        first = packet.ogms[0]
+        # both "global" OGMs (no direct link, TTL > 1), and not an own secondary-iface OGM
+        if (not direct_link and not first.flags & OgmFlags.DIRECTLINK and first.ttl != 1
+                and (not packet.own or packet.if_incoming is primary)):
+            return True
+        # a direct-link OGM that only goes out here, joining direct-link / own secondary OGMs
+        return (direct_link and ogm.ttl == 1 and packet.if_incoming is if_incoming
+                and (bool(first.flags & OgmFlags.DIRECTLINK) or (packet.own and packet.if_incoming is not primary)))
+
+    def _queue_add(self, ogm: IvOgm, if_incoming: HardInterface, if_outgoing: HardInterface, *, own: bool,
+                   send_time: float) -> None:
+        """batadv_iv_ogm_queue_add: join a pending aggregate or start one."""
+        direct_link = bool(ogm.flags & OgmFlags.DIRECTLINK)
+        size = OGM_HLEN + ogm.tvlv_len
+        aggregating = self.mesh.config.aggregation
+        if aggregating and not own:
+            for packet in self.queue:
+                if self._can_aggregate(ogm, size, send_time, direct_link, if_incoming, if_outgoing, packet):
+                    packet.ogms.append(ogm)
+                    packet.direct_link.append(direct_link)
+                    packet.size += size
+                    return
+        if not own:
+            if sum(1 for p in self.queue if not p.own) >= self.mesh.config.max_forward_queue:
+                self.mesh.counters.drop("ogm_forward_queue_full")
+                return
+            if aggregating:  # hold it back so that others can join
+                send_time += MAX_AGGREGATION_MS / 1000.0
+        self.queue.append(ForwPacket(send_time, if_incoming, if_outgoing, own, [ogm], [direct_link], size))
+
+    def next_deadline(self) -> float:
+        return min((p.send_time for p in self.queue), default=float("inf"))
+
+    def tick(self, now: float) -> None:
+        due = [p for p in self.queue if p.send_time <= now]
+        if not due:
+            return
+        self.queue = [p for p in self.queue if p.send_time > now]
+        for packet in sorted(due, key=lambda p: p.send_time):
+            self._emit(now, packet)
+
+    def _emit(self, now: float, packet: ForwPacket) -> None:
+        """batadv_iv_ogm_send_to_if: DIRECTLINK survives only on the interface the OGM came in."""
+        out = packet.if_outgoing
+        if packet.if_incoming.active and out.active and self.mesh.primary is not None:
+            ogms = []
+            for ogm, direct in zip(packet.ogms, packet.direct_link):
+                flags = ogm.flags | OgmFlags.DIRECTLINK if direct and packet.if_incoming is out \
+                    else ogm.flags & ~OgmFlags.DIRECTLINK
+                ogms.append(dataclasses.replace(ogm, flags=flags) if flags != ogm.flags else ogm)
+            frame = build_frame(BROADCAST, out.mac, *ogms)
+            self.mesh.transmit(out, frame, mgmt=True)
+        if packet.own and packet.if_incoming is packet.if_outgoing:
+            self.schedule_own(now, packet.if_incoming)
+
+    # --- receive ----------------------------------------------------------------------------
+
+    def receive(self, now: float, iface: HardInterface, frame) -> None:
+        """batadv_iv_ogm_receive: every element of the aggregate, within the kernel's walk."""
+        offset = 0
+        for ogm in frame.packets:
+            offset += OGM_HLEN + ogm.tvlv_len
+            if offset > MAX_AGGREGATION_BYTES:  # the kernel's receive walk stops here
+                self.mesh.counters.drop("ogm_beyond_aggregation_limit")
+                break
+            self._process(now, iface, frame.ethernet.h_source, ogm)
+
+    def _process(self, now: float, if_incoming: HardInterface, eth_src: Mac, ogm: IvOgm) -> None:
+        """batadv_iv_ogm_process."""
+        mesh = self.mesh
+        if ogm.packet_type != 0:
+            return
+        if mesh.is_my_mac(eth_src):
+            return
+        if mesh.is_my_mac(ogm.orig):
+            self._count_echo(if_incoming, eth_src, ogm)
+            return
+        if mesh.is_my_mac(ogm.prev_sender):
+            return
+        if ogm.flags & OgmFlags.NOT_BEST_NEXT_HOP:
+            return
+        orig_node = mesh.originators.get_or_create(ogm.orig, now)
+        if orig_node is None:
+            return
+        self._process_per_outif(now, if_incoming, eth_src, ogm, orig_node, None)
+        for out in mesh.active_ifaces():
+            self._process_per_outif(now, if_incoming, eth_src, ogm, orig_node, out)
+
+    def _count_echo(self, if_incoming: HardInterface, eth_src: Mac, ogm: IvOgm) -> None:
+        """A neighbour re-broadcast our own OGM: count it in bcast_own for the link check."""
+        orig_neigh = self.mesh.originators.get(eth_src)
+        if orig_neigh is None:
+            return
+        if not ogm.flags & OgmFlags.DIRECTLINK or ogm.orig != if_incoming.mac:
+            return
+        info = orig_neigh.ifinfo_get(if_incoming)
+        if info is None:
+            return
+        bit = seq_diff32((if_incoming.ogm_seqno - 2) & 0xFFFFFFFF, ogm.seqno)
+        if 0 <= bit < WINDOW_SIZE:
+            info.bcast_own |= 1 << bit
+            info.bcast_own_sum = popcount(info.bcast_own)
+
+    def _update_seqnos(self, now: float, if_incoming: HardInterface, eth_src: Mac, ogm: IvOgm,
+                       orig_node: OrigNode, outif) -> int:
+        """batadv_iv_ogm_update_seqnos: duplicate status and the receive windows."""
+        info = orig_node.ifinfo_new(outif)
+        diff = seq_diff32(ogm.seqno, info.last_real_seqno)
+        if orig_node.neighbours:
+            drop, info.seqno_reset, _ = window_protected(diff, now, info.seqno_reset,
+                                                         self.mesh.config.reset_protection_ms / 1000.0)
+            if drop:
+                return PROTECTED
+        status = NO_DUP
+        moved = False
+        for neigh in orig_node.neighbours.values():
+            ninfo = neigh.ifinfo_new(outif)
+            is_dup = test_bit(ninfo.real_bits, info.last_real_seqno, ogm.seqno)
+            if neigh.addr == eth_src and neigh.if_incoming is if_incoming:
+                mark = True
+                if is_dup:
+                    status = NEIGH_DUP
+            else:
+                mark = False
+                if is_dup and status != NEIGH_DUP:
+                    status = ORIG_DUP
+            ninfo.real_bits, window_moved = bit_get_packet(ninfo.real_bits, diff, mark)
+            moved |= window_moved
+            ninfo.real_packet_count = popcount(ninfo.real_bits)
+        if moved:
+            info.last_real_seqno = ogm.seqno
+        return status
+
+    def _process_per_outif(self, now: float, if_incoming: HardInterface, eth_src: Mac, received: IvOgm,
+                           orig_node: OrigNode, outif) -> None:
+        """batadv_iv_ogm_process_per_outif, on a private copy (tq and flags get rewritten)."""
+        mesh = self.mesh
+        ogm = dataclasses.replace(received)
+        dup = self._update_seqnos(now, if_incoming, eth_src, ogm, orig_node, outif)
+        single_hop = eth_src == ogm.orig
+        if dup == PROTECTED:
+            mesh.counters.drop("ogm_seqno_protected")
+            return
+        if ogm.tq == 0:
+            return
+        if single_hop:
+            neigh = if_incoming.neighbours.get(eth_src)
+            if neigh is not None:
+                neigh.last_seen = now
+        router = orig_node.router(outif)
+        router_router = router.orig_node.router(outif) if router else None
+        router_info = router.ifinfo_get(outif) if router else None
+        from_best = bool(router_info and router_info.tq_avg != 0 and router.addr == eth_src)
+        if (router and router_router and router.addr == ogm.prev_sender and ogm.orig != ogm.prev_sender
+                and router.addr == router_router.addr):
+            return  # avoid temporary routing loops
+        if outif is None:
+            mesh.ogm_tvlvs_received(now, orig_node, ogm.tvlvs)
+        orig_neigh = orig_node if single_hop else mesh.originators.get_or_create(eth_src, now)
+        if orig_neigh is None:
+            return
+        if not single_hop and orig_neigh.router(outif) is None:
+            return  # OGM via unknown neighbour
+        bidirect = self._calc_tq(now, orig_node, orig_neigh, ogm, if_incoming, outif)
+        info = orig_node.ifinfo_new(outif)
+        same_seq = info.last_real_seqno == ogm.seqno
+        similar_ttl = info.last_ttl - 3 <= ogm.ttl
+        if bidirect and (dup == NO_DUP or (same_seq and similar_ttl)):
+            self._orig_update(now, orig_node, info, eth_src, ogm, if_incoming, outif, dup)
+        if outif is None:
+            return  # no forwarding from the default table
+        if single_hop:
+            if ogm.ttl <= 2 and if_incoming is not outif:
+                return  # secondary-interface OGMs are only echoed where they came in
+            self._forward(now, orig_node, eth_src, ogm, True, from_best, if_incoming, outif)
+            return
+        if not bidirect or dup == NEIGH_DUP:
+            return
+        self._forward(now, orig_node, eth_src, ogm, False, from_best, if_incoming, outif)
+
+    def _calc_tq(self, now: float, orig_node: OrigNode, orig_neigh: OrigNode, ogm: IvOgm,
+                 if_incoming: HardInterface, outif) -> bool:
+        """batadv_iv_ogm_calc_tq: rewrite ogm.tq with the link quality toward the sender.
+        Integer arithmetic in the kernel's order, so the TQs come out identical."""
+        mesh = self.mesh
+        neigh = orig_neigh.neighbours.get((orig_neigh.orig, if_incoming))
+        if neigh is None:
+            neigh = mesh.originators.neigh_get_or_create(orig_neigh, if_incoming, orig_neigh.orig, orig_neigh, now)
+            if neigh is None:
+                return False
+        if orig_node is orig_neigh:
+            neigh.last_seen = now
+        orig_node.last_seen = now
+        own_info = orig_neigh.ifinfo_get(if_incoming)
+        echo_count = own_info.bcast_own_sum if own_info else 0
+        rq_count = neigh.ifinfo_new(outif).real_packet_count
+        total = min(echo_count, rq_count)
+        if total < BIDIRECT_SEND_MINIMUM or rq_count < BIDIRECT_RECV_MINIMUM:
+            tq_own = 0
+        else:
+            tq_own = TQ_MAX * total // rq_count
+        inv = WINDOW_SIZE - rq_count
+        tq_asym = TQ_MAX - TQ_MAX * inv * inv * inv // _WINDOW_CUBE
+        tq_iface = TQ_MAX - if_incoming.hop_penalty
+        if outif is not None and if_incoming is outif and if_incoming.wifi:
+            tq_iface = hop_penalty(tq_iface, mesh.config.hop_penalty)  # half duplex
+        ogm.tq = ogm.tq * tq_own * tq_asym * tq_iface // (TQ_MAX * TQ_MAX * TQ_MAX)
+        return ogm.tq >= TOTAL_BIDIRECT_LIMIT
+
+    def _orig_update(self, now: float, orig_node: OrigNode, info, eth_src: Mac, ogm: IvOgm,
+                     if_incoming: HardInterface, outif, dup: int) -> None:
+        """batadv_iv_ogm_orig_update: TQ rings, then maybe a new router."""
+        mesh = self.mesh
+        neigh = None
+        for candidate in orig_node.neighbours.values():
+            if candidate.addr == eth_src and candidate.if_incoming is if_incoming:
+                neigh = candidate
+                continue
+            if dup != NO_DUP:
+                continue
+            cinfo = candidate.ifinfo_get(outif)
+            if cinfo is not None:
+                cinfo.push_tq(0)
+        if neigh is None:
+            orig_tmp = mesh.originators.get_or_create(eth_src, now)
+            if orig_tmp is None:
+                return
+            neigh = mesh.originators.neigh_get_or_create(orig_node, if_incoming, eth_src, orig_tmp, now)
+            if neigh is None:
+                return
+        ninfo = neigh.ifinfo_new(outif)
+        neigh.last_seen = now
+        ninfo.push_tq(ogm.tq)
+        if dup == NO_DUP:
+            info.last_ttl = ogm.ttl
+            ninfo.last_ttl = ogm.ttl
+        router = info.router
+        if router is neigh:
+            return
+        if router is not None:
+            rinfo = router.ifinfo_get(outif)
+            if rinfo is None or rinfo.tq_avg > ninfo.tq_avg:
+                return
+            if rinfo.tq_avg == ninfo.tq_avg:
+                sum_router = self._bcast_own_sum(router)
+                sum_neigh = self._bcast_own_sum(neigh)
+                if sum_router >= sum_neigh:
+                    return
+        mesh.update_route(orig_node, outif, neigh)
+
+    @staticmethod
+    def _bcast_own_sum(neigh: NeighNode) -> int:
+        info = neigh.orig_node.ifinfo_get(neigh.if_incoming)
+        return info.bcast_own_sum if info else 0
+
+    def _forward(self, now: float, orig_node: OrigNode, eth_src: Mac, ogm: IvOgm, single_hop: bool,
+                 from_best: bool, if_incoming: HardInterface, outif: HardInterface) -> None:
+        """batadv_iv_ogm_forward."""
+        if ogm.ttl <= 1:
+            return
+        flags = ogm.flags
+        if not from_best:
+            if not single_hop:
+                return
+            flags |= OgmFlags.NOT_BEST_NEXT_HOP  # still echo it: the neighbour counts it
+        flags = flags | OgmFlags.DIRECTLINK if single_hop else flags & ~OgmFlags.DIRECTLINK
+        fwd = dataclasses.replace(ogm, ttl=ogm.ttl - 1, prev_sender=Mac(eth_src),
+                                  tq=hop_penalty(ogm.tq, self.mesh.config.hop_penalty), flags=flags)
+        send_time = now + self.mesh.rng.randrange(self.mesh.config.jitter_ms // 2) / 1000.0
+        self._queue_add(fwd, if_incoming, outif, own=False, send_time=send_time)

@@ -1,0 +1,42 @@
+"""The forwarding table the data path reads: destination client -> originator -> next hop.
+
+The core publishes ForwardingUpdate records; whoever forwards data frames (the inline data
+path, or each worker process) applies them and looks destinations up here. Two levels keep
+updates small: a route change touches one originator entry, not every client behind it."""
+
+from __future__ import annotations
+
+from batmand.wire import Mac
+
+from .events import ClientRoute, ForwardingUpdate, OrigRoute
+
+
+class ForwardingTable:
+    def __init__(self) -> None:
+        self.origs: dict[Mac, OrigRoute] = {}
+        self.clients: dict[tuple[Mac, int], ClientRoute] = {}
+        self.local_clients: set[tuple[Mac, int]] = set()
+
+    def apply(self, update: ForwardingUpdate) -> None:
+        for table, changes in ((self.origs, update.origs), (self.clients, update.clients)):
+            for key, value in changes.items():
+                if value is None:
+                    table.pop(key, None)
+                else:
+                    table[key] = value
+        for key, present in update.local_clients.items():
+            if present:
+                self.local_clients.add(key)
+            else:
+                self.local_clients.discard(key)
+
+    def lookup(self, dst: bytes, vid: int) -> tuple[Mac, Mac, str, int] | None:
+        """(originator, next-hop MAC, hard interface, ttvn to put in the header) or None."""
+        client = self.clients.get((dst, vid))
+        if client is None:
+            return None
+        route = self.origs.get(client.orig)
+        if route is None:
+            return None
+        ttvn = (route.ttvn - 1) & 0xFF if client.roam else route.ttvn
+        return client.orig, route.next_hop, route.iface, ttvn

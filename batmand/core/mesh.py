@@ -1,0 +1,297 @@
+"""One mesh interface (the kernel's bat_priv): hard interfaces, the routing algorithm,
+originators, the translation table, broadcast, unicast routing and ICMP, as one sans-I/O
+state machine.
+
+Callers feed it `receive(now, iface, frame)`, `soft_iface_frame(now, frame)` (from the
+host) and `tick(now)` (timers; `next_deadline()` says when), and collect the actions each
+call returns: Transmit, Deliver, ForwardingUpdate and IcmpResult records."""
+
+from __future__ import annotations
+
+import random
+
+from batmand.wire import (Bcast, IcmpPacket, IcmpRRPacket, IcmpTpPacket, IvOgm, Mac, RoamTvlv, TtTvlv,
+                          Unicast, Unicast4Addr, UnicastFrag, UnicastTvlv, UnknownUnicast, WireError,
+                          build_frame, decode_frame, DatTvlv, GatewayTvlv, McastTvlv)
+from batmand.wire.constants import TTL
+
+from .bat_iv import BatmanIV
+from .broadcast import Broadcast
+from .config import MeshConfig
+from .counters import Counters
+from .events import ClientRoute, Deliver, ForwardingUpdate, OrigRoute, Transmit
+from .hardif import HardInterface
+from .icmp import Icmp
+from .originator import OriginatorTable, OrigNode
+from .routing import Routing
+from .translation_table import TranslationTable
+
+FRAG_MAX_FRAG_SIZE = 1280
+FRAG_HEADER = 20
+FRAG_MAX_FRAGMENTS = 16
+
+
+class Mesh:
+    def __init__(self, config: MeshConfig | None = None, *, soft_mac: Mac, rng: random.Random | None = None,
+                 now: float = 0.0) -> None:
+        self.config = config or MeshConfig()
+        self.soft_mac = Mac(soft_mac)
+        self.rng = rng or random.Random()
+        self.counters = Counters()
+        self.ifaces: list[HardInterface] = []
+        self.primary: HardInterface | None = None
+        self.originators = OriginatorTable(self.config.max_originators, self.config.max_neighbours_per_originator,
+                                           self.config.max_hardif_neighbours, self.counters)
+        if self.config.routing_algo != "BATMAN_IV":
+            raise ValueError(f"routing algorithm {self.config.routing_algo} is not available")
+        self.algo = BatmanIV(self)
+        self.tt = TranslationTable(self)
+        self.broadcast = Broadcast(self)
+        self.routing = Routing(self)
+        self.icmp = Icmp(self)
+        self._actions: list = []
+        self._published_origs: dict[Mac, OrigRoute] = {}
+        self._published_clients: dict = {}
+        self._dirty_origs: set[Mac] = set()
+        self._next_purge = now + self.config.orig_work_period_ms / 1000.0
+        self._next_tt_purge = now + self.config.tt_work_period_ms / 1000.0
+        self.tt.add_vlan(now, 0)
+
+    # --- hard interfaces ----------------------------------------------------------------------
+
+    def add_interface(self, now: float, name: str, mac: Mac, mtu: int = 1500, wifi: bool = False) -> list:
+        if self.iface(name) is not None:
+            raise ValueError(f"{name} is already part of the mesh")
+        iface = HardInterface(name=name, mac=Mac(mac), mtu=mtu, wifi=wifi)
+        self.ifaces.append(iface)
+        if self.primary is None:
+            self.primary = iface
+        self.algo.iface_enabled(now, iface)
+        return self._take()
+
+    def remove_interface(self, now: float, name: str) -> list:
+        iface = self.iface(name)
+        if iface is None:
+            raise ValueError(f"{name} is not part of the mesh")
+        iface.active = False
+        self.ifaces.remove(iface)
+        self.algo.iface_disabled(iface)
+        if self.primary is iface:
+            self.primary = self.ifaces[0] if self.ifaces else None
+        for orig_node in list(self.originators.nodes.values()):
+            for key in [k for k in orig_node.neighbours if k[1] is iface]:
+                del orig_node.neighbours[key]
+            orig_node.ifinfo.pop(iface, None)
+            for neigh in orig_node.neighbours.values():
+                neigh.ifinfo.pop(iface, None)
+            self._reselect_routes(orig_node)
+        return self._take()
+
+    def iface(self, name: str) -> HardInterface | None:
+        return next((i for i in self.ifaces if i.name == name), None)
+
+    def active_ifaces(self) -> list[HardInterface]:
+        return [i for i in self.ifaces if i.active]
+
+    def is_my_mac(self, mac: bytes) -> bool:
+        return any(i.mac == mac for i in self.ifaces if i.active)
+
+    @property
+    def packet_size_max(self) -> int:
+        """Largest batman packet we may send (fragmentation lets it exceed the MTU)."""
+        mtus = [i.mtu for i in self.active_ifaces()] or [1500]
+        if self.config.fragmentation:
+            return (min(min(mtus), FRAG_MAX_FRAG_SIZE) - FRAG_HEADER) * FRAG_MAX_FRAGMENTS
+        return min(mtus)
+
+    # --- actions --------------------------------------------------------------------------------
+
+    def transmit(self, iface: HardInterface, frame: bytes, *, mgmt: bool = False) -> None:
+        if mgmt:
+            self.counters.add("mgmt_tx", len(frame))
+        self._actions.append(Transmit(iface.name, frame))
+
+    def deliver(self, frame: bytes) -> None:
+        self.counters.add("rx", len(frame))
+        self._actions.append(Deliver(frame))
+
+    def emit(self, action) -> None:
+        self._actions.append(action)
+
+    def _take(self) -> list:
+        self._publish()
+        actions, self._actions = self._actions, []
+        return actions
+
+    # --- entry points ---------------------------------------------------------------------------
+
+    def receive(self, now: float, iface_name: str, data: bytes) -> list:
+        """A frame arrived on a hard interface."""
+        iface = self.iface(iface_name)
+        if iface is None or not iface.active:
+            self.counters.drop("inactive_interface")
+            return self._take()
+        try:
+            frame = decode_frame(data)
+        except WireError:
+            self.counters.drop("malformed")
+            return self._take()
+        packet = frame.packet
+        if isinstance(packet, IvOgm):
+            if self._check_management(frame, iface):
+                self.counters.add("mgmt_rx", len(data))
+                self.algo.receive(now, iface, frame)
+        elif isinstance(packet, Bcast):
+            self.broadcast.receive(now, iface, frame, data)
+        elif isinstance(packet, (Unicast, Unicast4Addr)):
+            self.routing.receive_unicast(now, iface, frame, data)
+        elif isinstance(packet, (IcmpPacket, IcmpRRPacket, IcmpTpPacket)):
+            self.routing.receive_icmp(now, iface, frame)
+        elif isinstance(packet, UnicastTvlv):
+            self.routing.receive_unicast_tvlv(now, iface, frame)
+        elif isinstance(packet, UnicastFrag):
+            self.counters.drop("fragment_unsupported")
+        elif isinstance(packet, UnknownUnicast):
+            self.routing.receive_unknown_unicast(now, iface, frame)
+        else:
+            self.counters.drop("unhandled_packet_type")
+        return self._take()
+
+    def soft_iface_frame(self, now: float, data: bytes) -> list:
+        """A frame the host sent into the soft interface (the inline data path)."""
+        self.routing.send_from_host(now, data)
+        return self._take()
+
+    def tick(self, now: float) -> list:
+        self.algo.tick(now)
+        self.broadcast.tick(now)
+        if now >= self._next_purge:
+            self._next_purge = now + self.config.orig_work_period_ms / 1000.0
+            self.purge(now)
+        if now >= self._next_tt_purge:
+            self._next_tt_purge = now + self.config.tt_work_period_ms / 1000.0
+            self.tt.purge(now)
+        return self._take()
+
+    def next_deadline(self) -> float:
+        return min(self.algo.next_deadline(), self.broadcast.next_deadline(), self._next_purge, self._next_tt_purge)
+
+    def ping(self, now: float, dst: Mac, *, seqno: int, uid: int = 0, ttl: int = TTL,
+             record_route: bool = False) -> list:
+        self.icmp.send_echo(now, Mac(dst), seqno=seqno, uid=uid, ttl=ttl, record_route=record_route)
+        return self._take()
+
+    # --- helpers for the algorithm and the other parts --------------------------------------------
+
+    @staticmethod
+    def _check_management(frame, iface: HardInterface) -> bool:
+        """batadv_check_management_packet: broadcast destination, a valid unicast source."""
+        src = frame.ethernet.h_source
+        return frame.ethernet.h_dest.is_broadcast and not src.is_multicast and any(src)
+
+    def ogm_tvlvs(self, now: float) -> list:
+        """The TVLVs of our own (primary) OGM. No DAT or MCAST container until those
+        features exist: their absence tells kernel nodes exactly that (CIFNOTFND)."""
+        return [self.tt.commit(now)]
+
+    def ogm_tvlvs_received(self, now: float, orig_node: OrigNode, tvlvs: list) -> None:
+        """batadv_tvlv_ogm_receive, including the 'handler runs when absent' containers."""
+        gw = dat = mcast = None
+        for tvlv in tvlvs:
+            if isinstance(tvlv, TtTvlv):
+                self.tt.ogm_received(now, orig_node, tvlv)
+                self._dirty_origs.add(orig_node.orig)
+            elif isinstance(tvlv, GatewayTvlv):
+                gw = tvlv
+            elif isinstance(tvlv, DatTvlv):
+                dat = tvlv
+            elif isinstance(tvlv, McastTvlv):
+                mcast = tvlv
+        orig_node.gw_bandwidth = (gw.bandwidth_down, gw.bandwidth_up) if gw and gw.bandwidth_down and \
+            gw.bandwidth_up else None
+        orig_node.dat_capable = dat is not None
+        orig_node.mcast_flags = mcast.flags if mcast else None
+
+    def send_unicast_tvlv(self, now: float, src: Mac, dst: Mac, tvlvs: list) -> bool:
+        orig_node = self.originators.get(dst)
+        if orig_node is None:
+            return False
+        packet = UnicastTvlv(dst=dst, src=src, tvlvs=tvlvs)
+        return self.routing.send_to_orig(now, packet.encode(), orig_node, None)
+
+    def update_route(self, orig_node: OrigNode, outif, neigh) -> None:
+        """batadv_update_route: a route lost makes us forget what the originator announced."""
+        info = orig_node.ifinfo_new(outif)
+        old = info.router
+        info.router = neigh
+        if old is not None and neigh is None:
+            self.tt.global_del_orig(orig_node)
+        if outif is None:
+            self._dirty_origs.add(orig_node.orig)
+
+    def _reselect_routes(self, orig_node: OrigNode) -> None:
+        for outif in [None] + self.active_ifaces():
+            best = None
+            for neigh in orig_node.neighbours.values():
+                if best is None or self.algo.metric(neigh, outif) > self.algo.metric(best, outif):
+                    best = neigh
+            if orig_node.router(outif) is not best:
+                self.update_route(orig_node, outif, best)
+
+    def purge(self, now: float) -> None:
+        """The originator worker (every second): time out neighbours and originators."""
+        neigh_timeout = self.config.purge_timeout
+        for addr, orig_node in list(self.originators.nodes.items()):
+            if now - orig_node.last_seen > 2 * neigh_timeout:
+                for outif in [None] + self.active_ifaces():
+                    if orig_node.router(outif) is not None:
+                        self.update_route(orig_node, outif, None)
+                self.tt.global_del_orig(orig_node)
+                del self.originators.nodes[addr]
+                self._dirty_origs.add(addr)
+                continue
+            stale = [k for k, n in orig_node.neighbours.items()
+                     if now - n.last_seen > neigh_timeout or not n.if_incoming.active]
+            for key in stale:
+                del orig_node.neighbours[key]
+            if stale:
+                self._reselect_routes(orig_node)
+        for iface in self.ifaces:
+            for addr in [a for a, n in iface.neighbours.items() if now - n.last_seen > neigh_timeout]:
+                del iface.neighbours[addr]
+
+    # --- publishing the forwarding table -----------------------------------------------------------
+
+    def orig_route(self, orig: Mac) -> OrigRoute | None:
+        node = self.originators.get(orig)
+        router = node.router() if node else None
+        if router is None:
+            return None
+        return OrigRoute(router.addr, router.if_incoming.name, node.last_ttvn)
+
+    def _publish(self) -> None:
+        origs = {}
+        for orig in self._dirty_origs:
+            route = self.orig_route(orig)
+            if self._published_origs.get(orig) != route:
+                origs[orig] = route
+                self.tt.dirty_clients.update(self.tt.by_orig.get(orig, ()))
+        self._dirty_origs.clear()
+        clients = {}
+        for key in self.tt.dirty_clients:
+            best = self.tt.best_orig(*key)
+            route = ClientRoute(best, self.tt.is_roaming(*key)) if best is not None else None
+            if self._published_clients.get(key) != route:
+                clients[key] = route
+        self.tt.dirty_clients.clear()
+        local = {key: (key in self.tt.local or None) for key in self.tt.dirty_local}
+        self.tt.dirty_local.clear()
+        if not (origs or clients or local):
+            return
+        for table, changes in ((self._published_origs, origs), (self._published_clients, clients)):
+            for key, value in changes.items():
+                if value is None:
+                    table.pop(key, None)
+                else:
+                    table[key] = value
+        self._actions.append(ForwardingUpdate(origs, clients, local))

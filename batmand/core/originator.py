@@ -1,0 +1,141 @@
+"""Originators and their neighbours (the kernel's originator.c / types.h), algorithm-neutral
+where it can be: the B.A.T.M.A.N. IV specific state lives in small per-interface records.
+
+Per-outgoing-interface tables: key None is the default table (locally generated traffic);
+a HardInterface key holds the routers for traffic that arrived on that interface."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from batmand.wire import Mac
+
+from .hardif import HardInterface
+
+TQ_GLOBAL_WINDOW_SIZE = 5
+
+
+@dataclass(eq=False)
+class NeighIfInfo:
+    """Per (neighbour, outgoing interface): IV receive window and TQ ring buffer."""
+
+    real_bits: int = 0
+    real_packet_count: int = 0
+    tq_recv: list[int] = field(default_factory=lambda: [0] * TQ_GLOBAL_WINDOW_SIZE)
+    tq_index: int = 0
+    tq_avg: int = 0
+    last_ttl: int = 0
+
+    def push_tq(self, value: int) -> None:
+        """batadv_ring_buffer_set + batadv_ring_buffer_avg (zeros are not averaged)."""
+        self.tq_recv[self.tq_index] = value
+        self.tq_index = (self.tq_index + 1) % TQ_GLOBAL_WINDOW_SIZE
+        nonzero = [v for v in self.tq_recv if v]
+        self.tq_avg = sum(nonzero) // len(nonzero) if nonzero else 0
+
+
+@dataclass(eq=False)
+class NeighNode:
+    """A next hop toward an originator: neighbour MAC on one incoming hard interface."""
+
+    addr: Mac
+    if_incoming: HardInterface
+    orig_node: "OrigNode"  # the neighbour's own originator entry
+    last_seen: float
+    ifinfo: dict = field(default_factory=dict)  # outif -> NeighIfInfo
+
+    def ifinfo_get(self, outif) -> NeighIfInfo | None:
+        return self.ifinfo.get(outif)
+
+    def ifinfo_new(self, outif) -> NeighIfInfo:
+        info = self.ifinfo.get(outif)
+        if info is None:
+            info = self.ifinfo[outif] = NeighIfInfo()
+        return info
+
+
+@dataclass(eq=False)
+class OrigIfInfo:
+    """Per (originator, outgoing interface): selected router, seqno state, IV echo bits."""
+
+    router: NeighNode | None = None
+    last_real_seqno: int = 0
+    last_ttl: int = 0
+    seqno_reset: float = float("-inf")
+    # IV: which of our last 64 OGMs on this interface the originator echoed back
+    bcast_own: int = 0
+    bcast_own_sum: int = 0
+
+
+@dataclass(eq=False)
+class OrigNode:
+    orig: Mac
+    last_seen: float
+    neighbours: dict = field(default_factory=dict)  # (addr, HardInterface) -> NeighNode
+    ifinfo: dict = field(default_factory=dict)  # outif -> OrigIfInfo
+    # translation table state of this originator
+    last_ttvn: int = 0
+    has_tt: bool = False  # BATADV_ORIG_CAPA_HAS_TT initialised
+    tt_crcs: dict = field(default_factory=dict)  # vid -> crc (recomputed from our global table)
+    tt_buff: list | None = None  # last changes received (to answer diff requests)
+    # broadcast duplicate window
+    last_bcast_seqno: int = 0
+    bcast_bits: int = 0
+    bcast_seqno_reset: float = float("-inf")
+    # capabilities from OGM TVLVs
+    dat_capable: bool = False
+    mcast_flags: int | None = None
+    gw_bandwidth: tuple[int, int] | None = None
+
+    def ifinfo_get(self, outif) -> OrigIfInfo | None:
+        return self.ifinfo.get(outif)
+
+    def ifinfo_new(self, outif) -> OrigIfInfo:
+        info = self.ifinfo.get(outif)
+        if info is None:
+            info = self.ifinfo[outif] = OrigIfInfo()
+        return info
+
+    def router(self, outif=None) -> NeighNode | None:
+        info = self.ifinfo.get(outif)
+        return info.router if info else None
+
+
+class OriginatorTable:
+    """All known originators, bounded: a peer cannot make us store more than `limit`."""
+
+    def __init__(self, limit: int, neigh_limit: int, hardif_neigh_limit: int, counters) -> None:
+        self.nodes: dict[Mac, OrigNode] = {}
+        self.limit = limit
+        self.neigh_limit = neigh_limit
+        self.hardif_neigh_limit = hardif_neigh_limit
+        self.counters = counters
+
+    def get(self, addr: Mac) -> OrigNode | None:
+        return self.nodes.get(addr)
+
+    def get_or_create(self, addr: Mac, now: float) -> OrigNode | None:
+        node = self.nodes.get(addr)
+        if node is None:
+            if len(self.nodes) >= self.limit:
+                self.counters.drop("originator_table_full")
+                return None
+            node = self.nodes[addr] = OrigNode(Mac(addr), last_seen=now)
+        return node
+
+    def neigh_get_or_create(self, orig_node: OrigNode, hard_iface: HardInterface, addr: Mac,
+                            orig_neigh: OrigNode, now: float) -> NeighNode | None:
+        """batadv_neigh_node_get_or_create (+ the hard interface's neighbour entry)."""
+        key = (addr, hard_iface)
+        neigh = orig_node.neighbours.get(key)
+        if neigh is None:
+            if len(orig_node.neighbours) >= self.neigh_limit:
+                self.counters.drop("neighbour_table_full")
+                return None
+            if hard_iface.neigh_get_or_create(addr, orig_node.orig, now, self.hardif_neigh_limit) is None:
+                self.counters.drop("hardif_neighbour_table_full")
+                return None
+            neigh = orig_node.neighbours[key] = NeighNode(Mac(addr), hard_iface, orig_neigh, now)
+        else:
+            neigh.orig_node = orig_neigh
+        return neigh

@@ -1,0 +1,206 @@
+"""Unicast: sending toward an originator, receiving, forwarding, the TTVN consistency check
+(the kernel's routing.c and send.c), and the host's frames entering the mesh
+(mesh-interface.c's transmit path) for the inline data path."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from batmand.wire import (Bcast, InnerFrame, Mac, RoamTvlv, TtTvlv, Unicast, Unicast4AddrSubtype, WireError,
+                          build_frame)
+from batmand.wire.constants import ETH_P_8021Q, ETH_P_BATMAN, TTL, VLAN_HAS_TAG
+from batmand.wire.ethernet import Ethernet
+
+_STP = Mac("01:80:c2:00:00:00")
+_ECTP = Mac("cf:00:00:00:00:00")
+
+
+def inner_vid(inner: InnerFrame) -> int:
+    """The VID as the TT keys it: 0 untagged (and priority-tagged VID 0), else 0x8000 | vid."""
+    vid = inner.vid
+    return VLAN_HAS_TAG | vid if vid else 0
+
+
+class Routing:
+    def __init__(self, mesh) -> None:
+        self.mesh = mesh
+
+    # --- sending ---------------------------------------------------------------------------------
+
+    def send_to_orig(self, now: float, packet: bytes, orig_node, recv_if) -> bool:
+        """batadv_send_skb_to_orig: to the router of `recv_if`'s table (None: our own)."""
+        mesh = self.mesh
+        router = orig_node.router(recv_if)
+        if router is None:
+            mesh.counters.drop("no_route")
+            return False
+        if len(packet) > router.if_incoming.mtu:
+            mesh.counters.drop("too_big_for_mtu")  # fragmentation arrives with the interop issue
+            return False
+        frame = Ethernet(router.addr, router.if_incoming.mac, ETH_P_BATMAN).encode() + packet
+        mesh.transmit(router.if_incoming, frame)
+        return True
+
+    def send_from_host(self, now: float, data: bytes) -> None:
+        """batadv_interface_tx, inline: learn the source, then BCAST or UNICAST."""
+        mesh = self.mesh
+        try:
+            inner = InnerFrame.decode(data)
+        except WireError:
+            mesh.counters.drop("tx_malformed")
+            return
+        if inner.h_proto == ETH_P_BATMAN:
+            mesh.counters.drop("tx_batman_in_batman")
+            return
+        vid = inner_vid(inner)
+        if inner.vlan_tci is not None and vid:
+            mesh.tt.add_vlan(now, vid)
+        if not inner.h_source.is_multicast and not mesh.tt.local_add(now, inner.h_source, vid):
+            mesh.counters["tx_dropped"] += 1
+            return
+        if inner.h_dest in (_STP, _ECTP):
+            mesh.counters.drop("tx_stp")
+            return
+        if mesh.primary is None:
+            mesh.counters["tx_dropped"] += 1
+            return
+        if inner.h_dest.is_multicast:
+            mesh.broadcast.send_own(now, data)
+            mesh.counters.add("tx", len(data))
+            return
+        orig = mesh.tt.best_orig(inner.h_dest, vid)
+        orig_node = mesh.originators.get(orig) if orig is not None else None
+        if orig_node is None:
+            mesh.counters["tx_dropped"] += 1
+            mesh.counters.drop("tx_unknown_unicast")  # the kernel never floods unknown unicast
+            return
+        ttvn = orig_node.last_ttvn
+        if mesh.tt.is_roaming(inner.h_dest, vid):
+            ttvn = (ttvn - 1) & 0xFF  # makes the destination re-check the client's owner
+        packet = Unicast(ttvn=ttvn, dest=orig_node.orig, inner=inner).encode()
+        if self.send_to_orig(now, packet, orig_node, None):
+            mesh.counters.add("tx", len(data))
+        else:
+            mesh.counters["tx_dropped"] += 1
+
+    # --- receiving -------------------------------------------------------------------------------
+
+    def _check_unicast(self, frame) -> bool:
+        """batadv_check_unicast_packet: to one of our MACs, from a unicast sender."""
+        eth = frame.ethernet
+        if eth.h_dest.is_multicast or eth.h_source.is_multicast or not self.mesh.is_my_mac(eth.h_dest):
+            self.mesh.counters.drop("unicast_not_for_us")
+            return False
+        return True
+
+    def _check_ttvn(self, now: float, packet) -> bool:
+        """batadv_check_unicast_ttvn: reroute when the sender's TT view was stale."""
+        mesh, tt = self.mesh, self.mesh.tt
+        inner = packet.inner
+        if inner.h_dest.is_multicast:
+            return True
+        vid = inner_vid(inner)
+        local = tt.local.get((inner.h_dest, vid))
+        if local is not None and local.flags & 0x02 and self._reroute(packet, inner.h_dest, vid):
+            return True  # our client roamed away: send it after the client
+        if mesh.is_my_mac(packet.dest):
+            current = tt.ttvn
+        else:
+            dest_node = mesh.originators.get(packet.dest)
+            if dest_node is None:
+                return False
+            current = dest_node.last_ttvn
+        if not tt.seq_before(packet.ttvn, current):
+            return True
+        if self._reroute(packet, inner.h_dest, vid):
+            return True
+        if (inner.h_dest, vid) not in tt.local:
+            return False
+        packet.dest = mesh.primary.mac
+        packet.ttvn = tt.ttvn
+        return True
+
+    def _reroute(self, packet, client: Mac, vid: int) -> bool:
+        """batadv_reroute_unicast_packet: point the header at the client's current owner."""
+        mesh, tt = self.mesh, self.mesh.tt
+        local = tt.local.get((client, vid))
+        if local is not None and not local.flags & 0x02:
+            new_dest, new_ttvn = mesh.primary.mac, tt.ttvn
+        else:
+            orig = tt.best_orig(client, vid)
+            node = mesh.originators.get(orig) if orig is not None else None
+            if node is None:
+                return False
+            new_dest, new_ttvn = node.orig, node.last_ttvn
+        if new_dest == packet.dest:
+            return False
+        packet.dest, packet.ttvn = Mac(new_dest), new_ttvn
+        return True
+
+    def receive_unicast(self, now: float, iface, frame, data: bytes) -> None:
+        mesh = self.mesh
+        if not self._check_unicast(frame):
+            return
+        packet = dataclasses.replace(frame.packet)
+        if not self._check_ttvn(now, packet):
+            mesh.counters.drop("unicast_ttvn")
+            return
+        if mesh.is_my_mac(packet.dest):
+            src_orig = None
+            if getattr(packet, "subtype", None) == Unicast4AddrSubtype.DATA:
+                src_orig = mesh.originators.get(packet.src)
+            inner = packet.inner
+            mesh.deliver(inner.encode())
+            if src_orig is not None and not inner.h_source.is_multicast:
+                mesh.tt.add_temporary(now, src_orig, inner.h_source, inner_vid(inner))
+            return
+        self._route(now, iface, packet)
+
+    def _route(self, now: float, iface, packet, *, count: bool = True) -> None:
+        """batadv_route_unicast_packet: TTL, then the next hop of the incoming table."""
+        mesh = self.mesh
+        if packet.ttl < 2:
+            mesh.counters.drop("ttl_exceeded")
+            return
+        orig_node = mesh.originators.get(packet.dest)
+        if orig_node is None:
+            mesh.counters.drop("unknown_destination")
+            return
+        packet.ttl -= 1
+        encoded = packet.encode()
+        if self.send_to_orig(now, encoded, orig_node, iface) and count:
+            mesh.counters.add("forward", len(encoded) + 14)
+
+    def receive_unknown_unicast(self, now: float, iface, frame) -> None:
+        """Unicast-class types we do not know are routed on, unless they are for us."""
+        if not self._check_unicast(frame):
+            return
+        packet = dataclasses.replace(frame.packet)
+        if self.mesh.is_my_mac(packet.dest):
+            self.mesh.counters.drop("unknown_unicast_type")
+            return
+        self._route(now, iface, packet)
+
+    def receive_unicast_tvlv(self, now: float, iface, frame) -> None:
+        """batadv_recv_unicast_tvlv: every node on the path sees the TVLVs (and may answer
+        a TT request on the destination's behalf); unhandled ones are routed on."""
+        mesh = self.mesh
+        if not self._check_unicast(frame):
+            return
+        packet = dataclasses.replace(frame.packet)
+        handled = True
+        for tvlv in packet.tvlvs:
+            if isinstance(tvlv, TtTvlv):
+                handled &= mesh.tt.unicast_tvlv_received(now, packet.src, packet.dst, tvlv)
+            elif isinstance(tvlv, RoamTvlv):
+                handled &= mesh.tt.roam_received(now, packet.src, packet.dst, tvlv)
+        if not handled:
+            self._route(now, iface, packet, count=False)
+
+    def receive_icmp(self, now: float, iface, frame) -> None:
+        mesh = self.mesh
+        eth = frame.ethernet
+        if eth.h_dest.is_multicast or eth.h_source.is_multicast or not mesh.is_my_mac(eth.h_dest):
+            mesh.counters.drop("icmp_not_for_us")
+            return
+        mesh.icmp.receive(now, iface, frame)

@@ -1,0 +1,520 @@
+"""The translation table (the kernel's translation-table.c): which originator serves which
+client MAC (per VLAN).
+
+Local table: clients behind this node (learnt from frames the host sends into the soft
+interface) and the soft interface's own MAC; changes are committed once per own OGM and
+ride in 4 OGMs. Global table: clients of other originators, from their OGM diffs and from
+TT responses; CRCs keep both sides honest, TT requests repair gaps. Roaming moves clients."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from batmand.wire import Mac, RoamTvlv, TtChange, TtTvlv, TtVlan
+from batmand.wire.constants import TT_SYNC_MASK, TtClientFlags as F, TtDataFlags
+from batmand.wire.tt_crc import tt_entry_crc
+
+from .bitarray import seq_before8
+
+OGM_APPEND_MAX = 3
+ROAMING_MAX_TIME = 20.0
+ROAMING_MAX_COUNT = 5
+TT_CHANGE_LEN = 12
+TVLV_OVERHEAD = 20 + 4 + 4  # unicast TVLV header + TVLV header + tt_data
+
+
+def _tt_len(entries: int) -> int:
+    return entries * TT_CHANGE_LEN
+
+
+@dataclass(eq=False)
+class LocalEntry:
+    addr: Mac
+    vid: int
+    flags: int
+    last_seen: float
+    added_at: float
+
+
+@dataclass(eq=False)
+class OrigEntry:
+    ttvn: int
+    flags: int  # the sync flags (WIFI, ISOLA) this originator announced
+
+
+@dataclass(eq=False)
+class GlobalEntry:
+    addr: Mac
+    vid: int
+    flags: int  # ROAM / TEMP and the announced flags
+    added_at: float
+    roam_at: float = 0.0
+    origs: dict[Mac, OrigEntry] = field(default_factory=dict)
+
+
+class TranslationTable:
+    def __init__(self, mesh) -> None:
+        self.mesh = mesh
+        self.ttvn = 0
+        self.local: dict[tuple[Mac, int], LocalEntry] = {}
+        self.vlans: list[int] = []  # local VLANs, newest first (the kernel's list order)
+        self.changes: list[TtChange] = []
+        self.ogm_append_cnt = 0
+        self.last_changeset: list[TtChange] | None = None
+        self.local_crcs: dict[int, int] = {}
+        self.tvlv: TtTvlv | None = None  # the TT container of our OGMs
+        self.global_: dict[tuple[Mac, int], GlobalEntry] = {}
+        self.by_orig: dict[Mac, set] = {}
+        self.requests: dict[Mac, float] = {}  # originator -> when our TT request went out
+        self.roam_counts: dict[Mac, tuple[float, int]] = {}  # client -> (first time, roams left)
+        self.dirty_clients: set = set()  # global entries whose route may have changed
+        self.dirty_local: set = set()
+
+    @property
+    def counters(self):
+        return self.mesh.counters
+
+    # --- local table ------------------------------------------------------------------------
+
+    def add_vlan(self, now: float, vid: int) -> None:
+        """A VLAN of the soft interface: its own MAC becomes a local client there."""
+        if vid not in self.vlans:
+            self.vlans.insert(0, vid)
+            self.local_add(now, self.mesh.soft_mac, vid)
+
+    def _local_transmit_size(self) -> int:
+        return TVLV_OVERHEAD + 8 * len(self.vlans) + _tt_len(len(self.local))
+
+    def local_add(self, now: float, addr: Mac, vid: int, wifi: bool = False) -> bool:
+        """batadv_tt_local_add: the host sent a frame from `addr` into the mesh."""
+        key = (addr, vid)
+        entry = self.local.get(key)
+        glob = self.global_.get(key) if not addr[0] & 1 else None
+        roamed_back = False
+        if entry is not None:
+            entry.last_seen = now
+            if entry.flags & F.PENDING:
+                entry.flags &= ~F.PENDING  # it came back before the commit: announce it again
+                self._event(entry, 0)
+            elif entry.flags & F.ROAM:
+                entry.flags &= ~F.ROAM
+                roamed_back = True
+        else:
+            if vid not in self.vlans:
+                self.counters.drop("tt_local_unknown_vlan")
+                return False
+            limit = min(self.mesh.packet_size_max, TVLV_OVERHEAD + 8 * len(self.vlans)
+                        + _tt_len(self.mesh.config.max_local_tt_entries))
+            if self._local_transmit_size() + TT_CHANGE_LEN > limit:
+                self.counters.drop("tt_local_table_full")
+                return False
+            flags = F.NEW
+            if addr == self.mesh.soft_mac or addr[0] & 1:
+                flags |= F.NOPURGE
+            entry = self.local[key] = LocalEntry(Mac(addr), vid, flags, now, now)
+            self.dirty_local.add(key)
+            self._event(entry, 0)
+        if glob is not None and not glob.flags & F.ROAM:
+            # the client moved here: tell the nodes that announced it
+            for orig in list(glob.origs):
+                self.send_roam_adv(now, addr, vid, orig)
+            if roamed_back:
+                self._global_free(glob)
+            else:
+                glob.flags |= F.ROAM
+                glob.roam_at = now
+                self.dirty_clients.add(key)
+        remote = entry.flags & 0xFF
+        entry.flags = (entry.flags | F.WIFI) if wifi else (entry.flags & ~F.WIFI)
+        if remote ^ (entry.flags & 0xFF):
+            self._event(entry, 0)
+        return True
+
+    def _event(self, entry: LocalEntry, event_flags: int) -> None:
+        """batadv_tt_local_event: queue a change; ADD+DEL / DEL+ADD cancel each other."""
+        flags = (entry.flags | event_flags) & 0xFF
+        is_del = bool(flags & F.DEL)
+        for i, change in enumerate(self.changes):
+            if change.addr != entry.addr or change.vid != entry.vid:
+                continue
+            if is_del != bool(change.flags & F.DEL):
+                del self.changes[i]
+            else:  # a second ADD (or DEL) in the same interval: only the flags change
+                change.flags = flags
+            return
+        self.changes.append(TtChange(flags=flags, addr=entry.addr, vid=entry.vid))
+
+    def _local_set_pending(self, entry: LocalEntry, flags: int) -> None:
+        self._event(entry, flags)
+        entry.flags |= F.PENDING
+
+    def local_remove(self, addr: Mac, vid: int, roaming: bool) -> int:
+        """batadv_tt_local_remove: another node announced our client; returns its old flags."""
+        entry = self.local.get((addr, vid))
+        if entry is None:
+            return 0
+        old = entry.flags
+        flags = F.DEL
+        if roaming:
+            flags |= F.ROAM
+            entry.flags |= F.ROAM
+        if not entry.flags & F.NEW:
+            self._local_set_pending(entry, flags)
+            return old
+        self._event(entry, F.DEL)
+        del self.local[(addr, vid)]
+        self.dirty_local.add((addr, vid))
+        return old
+
+    def local_crc(self, vid: int) -> int:
+        crc = 0
+        for entry in self.local.values():
+            if entry.vid == vid and not entry.flags & F.NEW:
+                crc ^= tt_entry_crc(entry.addr, vid, entry.flags)
+        return crc
+
+    def _local_vlan_data(self) -> list[TtVlan]:
+        present = {e.vid for e in self.local.values()}
+        return [TtVlan(crc=self.local_crcs.get(vid, 0), vid=vid) for vid in self.vlans if vid in present]
+
+    def commit(self, now: float) -> TtTvlv:
+        """batadv_tt_local_commit_changes, right before each own (primary) OGM is built."""
+        if not self.changes:
+            if self.tvlv is not None and self.ogm_append_cnt > 0:
+                self.ogm_append_cnt -= 1  # keep repeating the last diff
+            else:
+                self.tvlv = TtTvlv(flags=TtDataFlags.OGM_DIFF, ttvn=self.ttvn, vlans=self._local_vlan_data())
+            return self.tvlv
+        for key, entry in list(self.local.items()):
+            entry.flags &= ~F.NEW
+            if entry.flags & F.PENDING:
+                del self.local[key]
+                self.dirty_local.add(key)
+        self.local_crcs = {vid: self.local_crc(vid) for vid in self.vlans}
+        self.ttvn = (self.ttvn + 1) & 0xFF
+        self.ogm_append_cnt = OGM_APPEND_MAX
+        changes, self.changes = self.changes, []
+        if _tt_len(len(changes)) > self.mesh.config.mtu:
+            changes = []  # too many for an OGM: receivers will ask for the full table
+        self.last_changeset = changes or None
+        self.tvlv = TtTvlv(flags=TtDataFlags.OGM_DIFF, ttvn=self.ttvn, vlans=self._local_vlan_data(),
+                           changes=[TtChange(flags=c.flags, addr=c.addr, vid=c.vid) for c in changes])
+        return self.tvlv
+
+    def purge(self, now: float) -> None:
+        """The TT worker: local timeouts, expired ROAM/TEMP global entries, old requests."""
+        cfg = self.mesh.config
+        for entry in self.local.values():
+            if entry.flags & (F.NOPURGE | F.PENDING):
+                continue
+            if now - entry.last_seen > cfg.tt_local_timeout_ms / 1000.0:
+                self._local_set_pending(entry, F.DEL)
+        for entry in list(self.global_.values()):
+            if entry.flags & F.ROAM and now - entry.roam_at > cfg.tt_roam_timeout_ms / 1000.0:
+                self._global_free(entry)
+            elif entry.flags & F.TEMP and now - entry.added_at > cfg.tt_temp_timeout_ms / 1000.0:
+                self._global_free(entry)
+        timeout = cfg.tt_request_timeout_ms / 1000.0
+        self.requests = {o: t for o, t in self.requests.items() if now - t <= timeout}
+        self.roam_counts = {c: v for c, v in self.roam_counts.items() if now - v[0] <= ROAMING_MAX_TIME}
+
+    # --- global table -----------------------------------------------------------------------
+
+    def _global_free(self, entry: GlobalEntry) -> None:
+        key = (entry.addr, entry.vid)
+        for orig in entry.origs:
+            self.by_orig.get(orig, set()).discard(key)
+        entry.origs.clear()
+        self.global_.pop(key, None)
+        self.dirty_clients.add(key)
+
+    def _global_del_orig_entry(self, entry: GlobalEntry, orig: Mac) -> None:
+        if entry.origs.pop(orig, None) is not None:
+            self.by_orig.get(orig, set()).discard((entry.addr, entry.vid))
+            self.dirty_clients.add((entry.addr, entry.vid))
+
+    def _global_add_orig_entry(self, entry: GlobalEntry, orig: Mac, ttvn: int, flags: int) -> None:
+        oe = entry.origs.get(orig)
+        if oe is None:
+            entry.origs[orig] = OrigEntry(ttvn, flags & TT_SYNC_MASK)
+            self.by_orig.setdefault(orig, set()).add((entry.addr, entry.vid))
+        else:
+            oe.ttvn, oe.flags = ttvn, flags & TT_SYNC_MASK
+        self.dirty_clients.add((entry.addr, entry.vid))
+
+    def global_add(self, now: float, orig: Mac, addr: Mac, vid: int, flags: int, ttvn: int) -> bool:
+        """batadv_tt_global_add; False when the table limits refuse it."""
+        key = (addr, vid)
+        local = self.local.get(key)
+        if flags & F.TEMP and local is not None and not local.flags & F.NEW:
+            return True  # wait for a roaming advertisement instead
+        entry = self.global_.get(key)
+        if entry is None:
+            if len(self.global_) >= self.mesh.config.max_global_tt_entries:
+                self.counters.drop("tt_global_table_full")
+                return False
+            if len(self.by_orig.get(orig, ())) >= self.mesh.config.max_global_tt_entries_per_originator:
+                self.counters.drop("tt_global_originator_full")
+                return False
+            entry = self.global_[key] = GlobalEntry(Mac(addr), vid, flags, now, now if flags & F.ROAM else 0.0)
+        else:
+            if flags & F.TEMP:
+                if not entry.flags & F.TEMP:
+                    return True  # temporary information never overrides a known client
+                if orig in entry.origs:
+                    return self._after_global_add(entry, addr, vid, flags)
+                for other in list(entry.origs):
+                    self._global_del_orig_entry(entry, other)
+            else:
+                if entry.flags & F.TEMP:
+                    for other in list(entry.origs):
+                        self._global_del_orig_entry(entry, other)
+                    entry.flags &= ~F.TEMP
+                entry.flags |= flags & ~TT_SYNC_MASK
+                if entry.flags & F.ROAM:
+                    for other in list(entry.origs):
+                        self._global_del_orig_entry(entry, other)
+                    entry.flags &= ~F.ROAM
+                    entry.roam_at = 0.0
+            if orig not in entry.origs and \
+                    len(self.by_orig.get(orig, ())) >= self.mesh.config.max_global_tt_entries_per_originator:
+                self.counters.drop("tt_global_originator_full")
+                return False
+        self._global_add_orig_entry(entry, orig, ttvn, flags)
+        return self._after_global_add(entry, addr, vid, flags)
+
+    def _after_global_add(self, entry: GlobalEntry, addr: Mac, vid: int, flags: int) -> bool:
+        if not addr[0] & 1:
+            local_flags = self.local_remove(addr, vid, bool(flags & F.ROAM))
+            entry.flags |= local_flags & F.WIFI
+        if not flags & F.ROAM:
+            entry.flags &= ~F.ROAM
+        return True
+
+    def global_del(self, now: float, orig: Mac, addr: Mac, vid: int, roaming: bool) -> None:
+        entry = self.global_.get((addr, vid))
+        if entry is None:
+            return
+        if not roaming:
+            self._global_del_orig_entry(entry, orig)
+            if not entry.origs:
+                self._global_free(entry)
+            return
+        if (addr, vid) in self.local:  # the client roamed to us
+            self._global_free(entry)
+        elif all(o == orig for o in entry.origs):  # wait for the new owner to claim it
+            entry.flags |= F.ROAM
+            entry.roam_at = now
+            self.dirty_clients.add((addr, vid))
+        else:
+            self._global_del_orig_entry(entry, orig)
+
+    def global_del_orig(self, orig_node) -> None:
+        """Forget everything an originator announced (route lost, full table coming)."""
+        for key in list(self.by_orig.get(orig_node.orig, ())):
+            entry = self.global_.get(key)
+            if entry is not None:
+                self._global_del_orig_entry(entry, orig_node.orig)
+                if not entry.origs:
+                    self._global_free(entry)
+        self.by_orig.pop(orig_node.orig, None)
+        orig_node.has_tt = False
+        orig_node.tt_crcs = {}
+
+    def _orig_entries(self, orig: Mac):
+        for key in self.by_orig.get(orig, ()):
+            entry = self.global_[key]
+            yield entry, entry.origs[orig]
+
+    def update_orig_crc(self, orig_node) -> None:
+        """batadv_tt_global_update_crc: per VLAN of this originator, ROAM/TEMP excluded."""
+        crcs: dict[int, int] = {}
+        for entry, oe in self._orig_entries(orig_node.orig):
+            crcs.setdefault(entry.vid, 0)
+            if entry.flags & (F.ROAM | F.TEMP):
+                continue
+            crcs[entry.vid] ^= tt_entry_crc(entry.addr, entry.vid, oe.flags)
+        orig_node.tt_crcs = crcs
+
+    @staticmethod
+    def check_crc(orig_node, vlans: list[TtVlan]) -> bool:
+        """Every announced VLAN CRC matches ours, and we know no VLAN it did not announce."""
+        announced = {v.vid: v.crc for v in vlans}
+        return announced == orig_node.tt_crcs
+
+    def _apply_changes(self, now: float, orig_node, changes: list[TtChange], ttvn: int) -> bool:
+        for change in changes:
+            if change.flags & F.DEL:
+                self.global_del(now, orig_node.orig, change.addr, change.vid, bool(change.flags & F.ROAM))
+            elif not self.global_add(now, orig_node.orig, change.addr, change.vid, change.flags, ttvn):
+                return False  # stop without committing the ttvn (the kernel's rule)
+        orig_node.has_tt = True
+        return True
+
+    def _update_changes(self, now: float, orig_node, changes: list[TtChange], ttvn: int) -> None:
+        if self._apply_changes(now, orig_node, changes, ttvn):
+            orig_node.tt_buff = list(changes)
+            orig_node.last_ttvn = ttvn
+
+    def ogm_received(self, now: float, orig_node, tt: TtTvlv) -> None:
+        """batadv_tt_update_orig: a TT container in an OGM of `orig_node`."""
+        ttvn = tt.ttvn
+        # plain int arithmetic on purpose: 255 -> 0 is not "+1" for the kernel either
+        if (not orig_node.has_tt and ttvn == 1) or ttvn - orig_node.last_ttvn == 1:
+            if not tt.changes:
+                self.send_request(now, orig_node, ttvn, tt.vlans, full_table=False)
+                return
+            self._update_changes(now, orig_node, tt.changes, ttvn)
+            self.update_orig_crc(orig_node)
+            if not self.check_crc(orig_node, tt.vlans):
+                self.send_request(now, orig_node, ttvn, tt.vlans, full_table=True)
+        elif not orig_node.has_tt or ttvn != orig_node.last_ttvn or not self.check_crc(orig_node, tt.vlans):
+            self.send_request(now, orig_node, ttvn, tt.vlans, full_table=True)
+
+    # --- TT requests and responses over UNICAST_TVLV ----------------------------------------
+
+    def send_request(self, now: float, orig_node, ttvn: int, vlans: list[TtVlan], full_table: bool) -> None:
+        issued = self.requests.get(orig_node.orig)
+        if issued is not None and now - issued <= self.mesh.config.tt_request_timeout_ms / 1000.0:
+            return  # one outstanding request per originator
+        if issued is None and len(self.requests) >= self.mesh.config.max_pending_tt_requests:
+            self.counters.drop("tt_pending_requests_full")
+            return
+        flags = TtDataFlags.REQUEST | (TtDataFlags.FULL_TABLE if full_table else 0)
+        tvlv = TtTvlv(flags=flags, ttvn=ttvn, vlans=[TtVlan(crc=v.crc, vid=v.vid) for v in vlans])
+        # recorded and counted even when there is no route yet, as the kernel does: the
+        # request is then repeated once the 3 s have passed
+        self.requests[orig_node.orig] = now
+        self.counters["tt_request_tx"] += 1
+        self.mesh.send_unicast_tvlv(now, self.mesh.primary.mac, orig_node.orig, [tvlv])
+
+    def unicast_tvlv_received(self, now: float, src: Mac, dst: Mac, tt: TtTvlv) -> bool:
+        """A TT container in a UNICAST_TVLV; returns False when the packet must be routed on."""
+        kind = tt.flags & 0x0F
+        if kind == TtDataFlags.REQUEST:
+            self.counters["tt_request_rx"] += 1
+            return self._send_response(now, tt, src, dst)
+        if kind == TtDataFlags.RESPONSE:
+            self.counters["tt_response_rx"] += 1
+            if not self.mesh.is_my_mac(dst):
+                return False
+            self._handle_response(now, src, tt)
+        return True
+
+    def _send_response(self, now: float, req: TtTvlv, req_src: Mac, req_dst: Mac) -> bool:
+        if self.mesh.is_my_mac(req_dst):
+            return self._send_my_response(now, req, req_src)
+        return self._send_other_response(now, req, req_src, req_dst)
+
+    def _local_full_table(self) -> list[TtChange]:
+        return [TtChange(flags=e.flags & 0xFF, addr=e.addr, vid=e.vid)
+                for e in self.local.values() if not e.flags & F.NEW]
+
+    def _send_my_response(self, now: float, req: TtTvlv, req_src: Mac) -> bool:
+        if self.mesh.originators.get(req_src) is None:
+            return True
+        full = bool(req.flags & TtDataFlags.FULL_TABLE) or req.ttvn != self.ttvn or not self.last_changeset
+        if full:
+            ttvn, changes = self.ttvn, self._local_full_table()
+        else:
+            ttvn, changes = req.ttvn, [TtChange(flags=c.flags, addr=c.addr, vid=c.vid) for c in self.last_changeset]
+        flags = TtDataFlags.RESPONSE | (TtDataFlags.FULL_TABLE if full else 0)
+        tvlv = TtTvlv(flags=flags, ttvn=ttvn, vlans=self._local_vlan_data(), changes=changes)
+        if self.mesh.send_unicast_tvlv(now, self.mesh.primary.mac, req_src, [tvlv]):
+            self.counters["tt_response_tx"] += 1
+        return True
+
+    def _send_other_response(self, now: float, req: TtTvlv, req_src: Mac, req_dst: Mac) -> bool:
+        """Answer on behalf of req_dst when we hold exactly the table it asks about."""
+        dst_node = self.mesh.originators.get(req_dst)
+        if dst_node is None or self.mesh.originators.get(req_src) is None:
+            return False
+        if dst_node.last_ttvn != req.ttvn or not self.check_crc(dst_node, req.vlans):
+            return False
+        full = bool(req.flags & TtDataFlags.FULL_TABLE) or not dst_node.tt_buff
+        if full:
+            changes = [TtChange(flags=oe.flags, addr=e.addr, vid=e.vid)
+                       for e, oe in self._orig_entries(req_dst) if not e.flags & (F.ROAM | F.TEMP)]
+        else:
+            changes = [TtChange(flags=c.flags, addr=c.addr, vid=c.vid) for c in dst_node.tt_buff]
+        vlans = [TtVlan(crc=crc, vid=vid) for vid, crc in dst_node.tt_crcs.items()]
+        flags = TtDataFlags.RESPONSE | (TtDataFlags.FULL_TABLE if full else 0)
+        tvlv = TtTvlv(flags=flags, ttvn=req.ttvn, vlans=vlans, changes=changes)
+        if TVLV_OVERHEAD - 4 + len(tvlv.encode_value()) + 4 > self.mesh.packet_size_max:
+            return False
+        if self.mesh.send_unicast_tvlv(now, req_dst, req_src, [tvlv]):
+            self.counters["tt_response_tx"] += 1
+        return True
+
+    def _handle_response(self, now: float, src: Mac, tt: TtTvlv) -> None:
+        orig_node = self.mesh.originators.get(src)
+        if orig_node is None:
+            return
+        if tt.flags & TtDataFlags.FULL_TABLE:
+            self.global_del_orig(orig_node)
+            self._apply_changes(now, orig_node, tt.changes, tt.ttvn)
+            orig_node.tt_buff = None
+            orig_node.last_ttvn = tt.ttvn
+        else:
+            self._update_changes(now, orig_node, tt.changes, tt.ttvn)
+        self.update_orig_crc(orig_node)
+        self.requests.pop(src, None)
+
+    # --- roaming ----------------------------------------------------------------------------
+
+    def send_roam_adv(self, now: float, client: Mac, vid: int, orig: Mac) -> None:
+        first, left = self.roam_counts.get(client, (now, ROAMING_MAX_COUNT))
+        if now - first > ROAMING_MAX_TIME:
+            first, left = now, ROAMING_MAX_COUNT
+        if left <= 0:
+            self.counters.drop("tt_roam_rate_limited")
+            return
+        self.roam_counts[client] = (first, left - 1)
+        if self.mesh.send_unicast_tvlv(now, self.mesh.primary.mac, orig, [RoamTvlv(client=client, vid=vid)]):
+            self.counters["tt_roam_adv_tx"] += 1
+
+    def roam_received(self, now: float, src: Mac, dst: Mac, roam: RoamTvlv) -> bool:
+        if not self.mesh.is_my_mac(dst):
+            return False
+        orig_node = self.mesh.originators.get(src)
+        if orig_node is None:
+            return True
+        self.counters["tt_roam_adv_rx"] += 1
+        self.global_add(now, src, roam.client, roam.vid, F.ROAM, (orig_node.last_ttvn + 1) & 0xFF)
+        return True
+
+    # --- temporary entries and lookups for the data path -------------------------------------
+
+    def add_temporary(self, now: float, orig_node, addr: Mac, vid: int) -> None:
+        """A broadcast or 4addr DATA frame from a client nobody announced yet."""
+        self.global_add(now, orig_node.orig, addr, vid, F.TEMP, orig_node.last_ttvn)
+
+    def is_roaming(self, addr: Mac, vid: int) -> bool:
+        entry = self.global_.get((addr, vid))
+        return bool(entry and entry.flags & F.ROAM)
+
+    def best_orig(self, addr: Mac, vid: int) -> Mac | None:
+        """batadv_transtable_best_orig: the announcing originator with the best route."""
+        entry = self.global_.get((addr, vid))
+        if entry is None:
+            return None
+        best, best_metric = None, -1
+        for orig in entry.origs:
+            node = self.mesh.originators.get(orig)
+            router = node.router() if node else None
+            if router is None:
+                continue
+            metric = self.mesh.algo.metric(router)
+            if metric > best_metric:
+                best, best_metric = orig, metric
+        return best
+
+    def is_local_client(self, addr: Mac, vid: int) -> LocalEntry | None:
+        return self.local.get((addr, vid))
+
+    def ttvn_reroute_target(self, addr: Mac, vid: int) -> Mac | None:
+        return self.best_orig(addr, vid)
+
+    @staticmethod
+    def seq_before(x: int, y: int) -> bool:
+        return seq_before8(x, y)

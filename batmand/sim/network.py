@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from batmand.core.config import MeshConfig
@@ -43,6 +44,8 @@ class Segment:
     endpoints: list[tuple[SimNode, str]]
     loss: dict = field(default_factory=dict)  # (from node name, to node name) -> probability
     up: bool = True
+    # deterministic loss for worked examples: drop(from name, to name, frame) -> True drops it
+    drop: Callable[[str, str, bytes], bool] | None = None
 
 
 class Network:
@@ -142,6 +145,8 @@ class Network:
                     continue
                 if not dst[0] & 1 and dst != peer.macs[ifname]:
                     continue  # unicast to someone else on a shared medium
+                if segment.drop is not None and segment.drop(node.name, peer.name, action.frame):
+                    continue
                 loss = segment.loss.get((node.name, peer.name), 0.0)
                 if loss and self.rng.random() < loss:
                     continue

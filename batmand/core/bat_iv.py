@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from batmand.wire import BROADCAST, IvOgm, Mac, OgmFlags, build_frame
 from batmand.wire.constants import TTL
 
-from .bitarray import WINDOW_SIZE, bit_get_packet, popcount, seq_diff32, test_bit, window_protected
+from .bitarray import WINDOW_SIZE, bit_get_packet, popcount, seq_diff32, bit_is_set, window_protected
 from .hardif import HardInterface
 from .originator import NeighNode, OrigNode
 
@@ -232,7 +232,7 @@ class BatmanIV:
         moved = False
         for neigh in orig_node.neighbours.values():
             ninfo = neigh.ifinfo_new(outif)
-            is_dup = test_bit(ninfo.real_bits, info.last_real_seqno, ogm.seqno)
+            is_dup = bit_is_set(ninfo.real_bits, info.last_real_seqno, ogm.seqno)
             if neigh.addr == eth_src and neigh.if_incoming is if_incoming:
                 mark = True
                 if is_dup:

@@ -21,7 +21,7 @@ def seq_before8(x: int, y: int) -> bool:
     return d >= 0x80
 
 
-def test_bit(bits: int, last_seqno: int, seqno: int) -> bool:
+def bit_is_set(bits: int, last_seqno: int, seqno: int) -> bool:
     """batadv_test_bit: was `seqno` already seen, given the window ends at last_seqno?"""
     diff = seq_diff32(last_seqno, seqno)
     return 0 <= diff < WINDOW_SIZE and bool(bits >> diff & 1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from batmand.wire import BROADCAST, Bcast, InnerFrame, WireError, build_frame
 from batmand.wire.constants import TTL
 
-from .bitarray import bit_get_packet, seq_diff32, test_bit, window_protected
+from .bitarray import bit_get_packet, seq_diff32, bit_is_set, window_protected
 from .routing import inner_vid
 
 NUM_BCASTS_WIRED = 1
@@ -66,7 +66,7 @@ class Broadcast:
         if orig_node is None:
             mesh.counters.drop("bcast_unknown_originator")
             return
-        if test_bit(orig_node.bcast_bits, orig_node.last_bcast_seqno, packet.seqno):
+        if bit_is_set(orig_node.bcast_bits, orig_node.last_bcast_seqno, packet.seqno):
             return  # duplicate
         diff = seq_diff32(packet.seqno, orig_node.last_bcast_seqno)
         drop, orig_node.bcast_seqno_reset, _ = window_protected(

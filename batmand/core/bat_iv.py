@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from batmand.wire import BROADCAST, IvOgm, Mac, OgmFlags, build_frame
 from batmand.wire.constants import TTL
 
-from .bitarray import WINDOW_SIZE, bit_get_packet, popcount, seq_diff32, bit_is_set, window_protected
+from .bitarray import WINDOW_SIZE, bit_get_packet, popcount, seq_diff32, window_protected
 from .hardif import HardInterface
 from .originator import NeighNode, OrigNode
 
@@ -86,9 +86,10 @@ class BatmanIV:
         iface.ogm_seqno = (iface.ogm_seqno + 1) & 0xFFFFFFFF
         self._slide_own_window(iface)
         send_time = self._send_time(now)
+        size = OGM_HLEN + ogm.tvlv_len
         targets = self.mesh.active_ifaces() if is_primary else [iface]
         for out in targets:
-            self._queue_add(ogm, iface, out, own=True, send_time=send_time)
+            self._queue_add(ogm, size, iface, out, own=True, send_time=send_time)
 
     def own_ogm_sent(self, iface: HardInterface, seqno: int) -> None:
         """Replaying a capture of a kernel node: it just sent its own OGM `seqno` and has
@@ -124,11 +125,10 @@ class BatmanIV:
         return (direct_link and ogm.ttl == 1 and packet.if_incoming is if_incoming
                 and (bool(first.flags & OgmFlags.DIRECTLINK) or (packet.own and packet.if_incoming is not primary)))
 
-    def _queue_add(self, ogm: IvOgm, if_incoming: HardInterface, if_outgoing: HardInterface, *, own: bool,
-                   send_time: float) -> None:
+    def _queue_add(self, ogm: IvOgm, size: int, if_incoming: HardInterface, if_outgoing: HardInterface, *,
+                   own: bool, send_time: float) -> None:
         """batadv_iv_ogm_queue_add: join a pending aggregate or start one."""
         direct_link = bool(ogm.flags & OgmFlags.DIRECTLINK)
-        size = OGM_HLEN + ogm.tvlv_len
         aggregating = self.mesh.config.aggregation
         if aggregating and not own:
             for packet in self.queue:
@@ -172,17 +172,19 @@ class BatmanIV:
 
     # --- receive ----------------------------------------------------------------------------
 
-    def receive(self, now: float, iface: HardInterface, frame) -> None:
-        """batadv_iv_ogm_receive: every element of the aggregate, within the kernel's walk."""
+    def receive(self, now: float, iface: HardInterface, frame, data: bytes) -> None:
+        """batadv_iv_ogm_receive: every element of the aggregate, within the kernel's walk.
+        Element sizes come from the raw frame (cheaper than re-encoding the TVLVs)."""
         offset = 0
         for ogm in frame.packets:
-            offset += OGM_HLEN + ogm.tvlv_len
+            size = OGM_HLEN + (data[14 + offset + 22] << 8 | data[14 + offset + 23])
+            offset += size
             if offset > MAX_AGGREGATION_BYTES:  # the kernel's receive walk stops here
                 self.mesh.counters.drop("ogm_beyond_aggregation_limit")
                 break
-            self._process(now, iface, frame.ethernet.h_source, ogm)
+            self._process(now, iface, frame.ethernet.h_source, ogm, size)
 
-    def _process(self, now: float, if_incoming: HardInterface, eth_src: Mac, ogm: IvOgm) -> None:
+    def _process(self, now: float, if_incoming: HardInterface, eth_src: Mac, ogm: IvOgm, size: int) -> None:
         """batadv_iv_ogm_process."""
         mesh = self.mesh
         if ogm.packet_type != 0:
@@ -199,9 +201,9 @@ class BatmanIV:
         orig_node = mesh.originators.get_or_create(ogm.orig, now)
         if orig_node is None:
             return
-        self._process_per_outif(now, if_incoming, eth_src, ogm, orig_node, None)
+        self._process_per_outif(now, if_incoming, eth_src, ogm, size, orig_node, None)
         for out in mesh.active_ifaces():
-            self._process_per_outif(now, if_incoming, eth_src, ogm, orig_node, out)
+            self._process_per_outif(now, if_incoming, eth_src, ogm, size, orig_node, out)
 
     def _count_echo(self, if_incoming: HardInterface, eth_src: Mac, ogm: IvOgm) -> None:
         """A neighbour re-broadcast our own OGM: count it in bcast_own for the link check."""
@@ -230,9 +232,11 @@ class BatmanIV:
                 return PROTECTED
         status = NO_DUP
         moved = False
+        age = -diff  # how far behind the window's end this seqno is (bit index if >= 0)
+        in_window = 0 <= age < WINDOW_SIZE
         for neigh in orig_node.neighbours.values():
-            ninfo = neigh.ifinfo_new(outif)
-            is_dup = bit_is_set(ninfo.real_bits, info.last_real_seqno, ogm.seqno)
+            ninfo = neigh.ifinfo.get(outif) or neigh.ifinfo_new(outif)
+            is_dup = in_window and bool(ninfo.real_bits >> age & 1)
             if neigh.addr == eth_src and neigh.if_incoming is if_incoming:
                 mark = True
                 if is_dup:
@@ -243,16 +247,16 @@ class BatmanIV:
                     status = ORIG_DUP
             ninfo.real_bits, window_moved = bit_get_packet(ninfo.real_bits, diff, mark)
             moved |= window_moved
-            ninfo.real_packet_count = popcount(ninfo.real_bits)
+            ninfo.real_packet_count = ninfo.real_bits.bit_count()
         if moved:
             info.last_real_seqno = ogm.seqno
         return status
 
-    def _process_per_outif(self, now: float, if_incoming: HardInterface, eth_src: Mac, received: IvOgm,
+    def _process_per_outif(self, now: float, if_incoming: HardInterface, eth_src: Mac, ogm: IvOgm, size: int,
                            orig_node: OrigNode, outif) -> None:
-        """batadv_iv_ogm_process_per_outif, on a private copy (tq and flags get rewritten)."""
+        """batadv_iv_ogm_process_per_outif. The kernel works on a private copy because the
+        TQ gets rewritten; here the rewritten TQ is a local value and the OGM stays as is."""
         mesh = self.mesh
-        ogm = dataclasses.replace(received)
         dup = self._update_seqnos(now, if_incoming, eth_src, ogm, orig_node, outif)
         single_hop = eth_src == ogm.orig
         if dup == PROTECTED:
@@ -278,33 +282,35 @@ class BatmanIV:
             return
         if not single_hop and orig_neigh.router(outif) is None:
             return  # OGM via unknown neighbour
-        bidirect = self._calc_tq(now, orig_node, orig_neigh, ogm, if_incoming, outif)
+        tq = self._calc_tq(now, orig_node, orig_neigh, ogm, if_incoming, outif)
+        bidirect = tq >= TOTAL_BIDIRECT_LIMIT
         info = orig_node.ifinfo_new(outif)
         same_seq = info.last_real_seqno == ogm.seqno
         similar_ttl = info.last_ttl - 3 <= ogm.ttl
         if bidirect and (dup == NO_DUP or (same_seq and similar_ttl)):
-            self._orig_update(now, orig_node, info, eth_src, ogm, if_incoming, outif, dup)
+            self._orig_update(now, orig_node, info, eth_src, ogm, tq, if_incoming, outif, dup)
         if outif is None:
             return  # no forwarding from the default table
         if single_hop:
             if ogm.ttl <= 2 and if_incoming is not outif:
                 return  # secondary-interface OGMs are only echoed where they came in
-            self._forward(now, orig_node, eth_src, ogm, True, from_best, if_incoming, outif)
+            self._forward(now, eth_src, ogm, size, tq, True, from_best, if_incoming, outif)
             return
         if not bidirect or dup == NEIGH_DUP:
             return
-        self._forward(now, orig_node, eth_src, ogm, False, from_best, if_incoming, outif)
+        self._forward(now, eth_src, ogm, size, tq, False, from_best, if_incoming, outif)
 
     def _calc_tq(self, now: float, orig_node: OrigNode, orig_neigh: OrigNode, ogm: IvOgm,
-                 if_incoming: HardInterface, outif) -> bool:
-        """batadv_iv_ogm_calc_tq: rewrite ogm.tq with the link quality toward the sender.
-        Integer arithmetic in the kernel's order, so the TQs come out identical."""
+                 if_incoming: HardInterface, outif) -> int:
+        """batadv_iv_ogm_calc_tq: the OGM's TQ times the link quality toward the sender
+        (>= 1 means bidirectional). Integer arithmetic in the kernel's order, so the TQs
+        come out identical."""
         mesh = self.mesh
         neigh = orig_neigh.neighbours.get((orig_neigh.orig, if_incoming))
         if neigh is None:
             neigh = mesh.originators.neigh_get_or_create(orig_neigh, if_incoming, orig_neigh.orig, orig_neigh, now)
             if neigh is None:
-                return False
+                return 0
         if orig_node is orig_neigh:
             neigh.last_seen = now
         orig_node.last_seen = now
@@ -321,10 +327,9 @@ class BatmanIV:
         tq_iface = TQ_MAX - if_incoming.hop_penalty
         if outif is not None and if_incoming is outif and if_incoming.wifi:
             tq_iface = hop_penalty(tq_iface, mesh.config.hop_penalty)  # half duplex
-        ogm.tq = ogm.tq * tq_own * tq_asym * tq_iface // (TQ_MAX * TQ_MAX * TQ_MAX)
-        return ogm.tq >= TOTAL_BIDIRECT_LIMIT
+        return ogm.tq * tq_own * tq_asym * tq_iface // (TQ_MAX * TQ_MAX * TQ_MAX)
 
-    def _orig_update(self, now: float, orig_node: OrigNode, info, eth_src: Mac, ogm: IvOgm,
+    def _orig_update(self, now: float, orig_node: OrigNode, info, eth_src: Mac, ogm: IvOgm, tq: int,
                      if_incoming: HardInterface, outif, dup: int) -> None:
         """batadv_iv_ogm_orig_update: TQ rings, then maybe a new router."""
         mesh = self.mesh
@@ -347,7 +352,7 @@ class BatmanIV:
                 return
         ninfo = neigh.ifinfo_new(outif)
         neigh.last_seen = now
-        ninfo.push_tq(ogm.tq)
+        ninfo.push_tq(tq)
         if dup == NO_DUP:
             info.last_ttl = ogm.ttl
             ninfo.last_ttl = ogm.ttl
@@ -370,7 +375,7 @@ class BatmanIV:
         info = neigh.orig_node.ifinfo_get(neigh.if_incoming)
         return info.bcast_own_sum if info else 0
 
-    def _forward(self, now: float, orig_node: OrigNode, eth_src: Mac, ogm: IvOgm, single_hop: bool,
+    def _forward(self, now: float, eth_src: Mac, ogm: IvOgm, size: int, tq: int, single_hop: bool,
                  from_best: bool, if_incoming: HardInterface, outif: HardInterface) -> None:
         """batadv_iv_ogm_forward."""
         if ogm.ttl <= 1:
@@ -382,6 +387,6 @@ class BatmanIV:
             flags |= OgmFlags.NOT_BEST_NEXT_HOP  # still echo it: the neighbour counts it
         flags = flags | OgmFlags.DIRECTLINK if single_hop else flags & ~OgmFlags.DIRECTLINK
         fwd = dataclasses.replace(ogm, ttl=ogm.ttl - 1, prev_sender=Mac(eth_src),
-                                  tq=hop_penalty(ogm.tq, self.mesh.config.hop_penalty), flags=flags)
+                                  tq=hop_penalty(tq, self.mesh.config.hop_penalty), flags=flags)
         send_time = now + self.mesh.rng.randrange(self.mesh.config.jitter_ms // 2) / 1000.0
-        self._queue_add(fwd, if_incoming, outif, own=False, send_time=send_time)
+        self._queue_add(fwd, size, if_incoming, outif, own=False, send_time=send_time)

@@ -140,7 +140,7 @@ class Mesh:
         if isinstance(packet, IvOgm):
             if self._check_management(frame, iface):
                 self.counters.add("mgmt_rx", len(data))
-                self.algo.receive(now, iface, frame)
+                self.algo.receive(now, iface, frame, data)
         elif isinstance(packet, Bcast):
             self.broadcast.receive(now, iface, frame, data)
         elif isinstance(packet, (Unicast, Unicast4Addr)):

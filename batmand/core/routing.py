@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from batmand.wire import (Bcast, InnerFrame, Mac, RoamTvlv, TtTvlv, Unicast, Unicast4AddrSubtype, WireError,
-                          build_frame)
+from batmand.wire import InnerFrame, Mac, RoamTvlv, TtTvlv, Unicast, Unicast4AddrSubtype, UnicastTvlv, WireError
 from batmand.wire.constants import ETH_P_8021Q, ETH_P_BATMAN, TTL, VLAN_HAS_TAG
 from batmand.wire.ethernet import Ethernet
 
@@ -162,7 +161,8 @@ class Routing:
         if packet.ttl < 2:
             mesh.counters.drop("ttl_exceeded")
             return
-        orig_node = mesh.originators.get(packet.dest)
+        # UNICAST_TVLV calls it dst, the others dest; both sit at offset 4
+        orig_node = mesh.originators.get(packet.dst if isinstance(packet, UnicastTvlv) else packet.dest)
         if orig_node is None:
             mesh.counters.drop("unknown_destination")
             return

@@ -81,3 +81,55 @@ def test_garbage_is_counted_and_dropped():
     assert mesh.counters["drop_inactive_interface"] == 1
     with pytest.raises(ValueError, match="already part of the mesh"):
         mesh.add_interface(1.0, "eth0", Mac("02:00:00:00:00:03"))
+
+
+def _drive(net, node_name, session, until):
+    """Run a ping/traceroute session on a simulated node until it is finished."""
+    from batmand.core.ping import TracerouteSession
+
+    node = net.nodes[node_name]
+    seen = 0
+    while net.now < until:
+        for item in session.due(net.now):
+            seqno, ttl = item if isinstance(session, TracerouteSession) else (item, 50)
+            net.ping(node_name, session.dst, seqno=seqno, ttl=ttl, uid=session.uid)
+        net.run_for(0.05)
+        for result in node.icmp[seen:]:
+            session.on_result(result)
+        seen = len(node.icmp)
+        if getattr(session, "finished", False) or getattr(session, "done", False):
+            break
+
+
+def test_ping_session_counts_and_rtts(line):
+    from batmand.core.ping import PingSession
+
+    session = PingSession(dst=line.nodes["D"].orig, uid=9, count=3, interval=0.2)
+    _drive(line, "A", session, line.now + 5)
+    summary = session.summary()
+    assert summary["transmitted"] == 3 and summary["received"] == 3 and summary["loss_percent"] == 0
+    assert all(r.kind == "reply" and r.ttl == 48 and r.rtt < 0.01 for r in session.results)
+
+
+def test_ping_session_times_out_when_the_far_end_is_gone(line):
+    from batmand.core.ping import PingSession
+
+    session = PingSession(dst=line.nodes["E"].orig, uid=10, count=2, interval=0.2, timeout=0.5)
+    segment = line.find_segment("D", "E")
+    segment.up = False
+    try:
+        _drive(line, "A", session, line.now + 5)
+    finally:
+        segment.up = True
+    assert [r.kind for r in session.results] == ["timeout", "timeout"]
+    assert session.summary()["loss_percent"] == 100
+
+
+def test_traceroute_session(line):
+    from batmand.core.ping import TracerouteSession
+
+    session = TracerouteSession(dst=line.nodes["E"].orig, uid=11)
+    _drive(line, "A", session, line.now + 10)
+    assert session.done and len(session.hops) == 4
+    assert [line.owner_of(hop[0].orig) for hop in session.hops] == ["B", "C", "D", "E"]
+    assert all(len(hop) == 3 for hop in session.hops)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from batmand.wire import InnerFrame, Mac, RoamTvlv, TtTvlv, Unicast, Unicast4AddrSubtype, UnicastTvlv, WireError
-from batmand.wire.constants import ETH_P_8021Q, ETH_P_BATMAN, TTL, VLAN_HAS_TAG
+from batmand.wire.constants import ETH_P_BATMAN, VLAN_HAS_TAG, TtClientFlags as F
 from batmand.wire.ethernet import Ethernet
 
 _STP = Mac("01:80:c2:00:00:00")
@@ -92,6 +92,11 @@ class Routing:
             return False
         return True
 
+    def _is_my_client(self, addr: Mac, vid: int) -> bool:
+        """batadv_is_my_client: a local client not deleted (PENDING) and not roamed away."""
+        entry = self.mesh.tt.local.get((addr, vid))
+        return entry is not None and not entry.flags & (F.PENDING | F.ROAM)
+
     def _check_ttvn(self, now: float, packet) -> bool:
         """batadv_check_unicast_ttvn: reroute when the sender's TT view was stale."""
         mesh, tt = self.mesh, self.mesh.tt
@@ -100,8 +105,9 @@ class Routing:
             return True
         vid = inner_vid(inner)
         local = tt.local.get((inner.h_dest, vid))
-        if local is not None and local.flags & 0x02 and self._reroute(packet, inner.h_dest, vid):
-            return True  # our client roamed away: send it after the client
+        if local is not None and local.flags & F.ROAM:
+            self._reroute(packet, inner.h_dest, vid)  # after the client; untouched if unknown
+            return True
         if mesh.is_my_mac(packet.dest):
             current = tt.ttvn
         else:
@@ -113,26 +119,23 @@ class Routing:
             return True
         if self._reroute(packet, inner.h_dest, vid):
             return True
-        if (inner.h_dest, vid) not in tt.local:
+        if not self._is_my_client(inner.h_dest, vid):
             return False
-        packet.dest = mesh.primary.mac
-        packet.ttvn = tt.ttvn
+        packet.dest = Mac(mesh.primary.mac)
+        packet.ttvn = current
         return True
 
     def _reroute(self, packet, client: Mac, vid: int) -> bool:
         """batadv_reroute_unicast_packet: point the header at the client's current owner."""
         mesh, tt = self.mesh, self.mesh.tt
-        local = tt.local.get((client, vid))
-        if local is not None and not local.flags & 0x02:
+        if self._is_my_client(client, vid):
             new_dest, new_ttvn = mesh.primary.mac, tt.ttvn
         else:
             orig = tt.best_orig(client, vid)
             node = mesh.originators.get(orig) if orig is not None else None
-            if node is None:
+            if node is None or node.orig == packet.dest:
                 return False
             new_dest, new_ttvn = node.orig, node.last_ttvn
-        if new_dest == packet.dest:
-            return False
         packet.dest, packet.ttvn = Mac(new_dest), new_ttvn
         return True
 

@@ -343,6 +343,7 @@ class TranslationTable:
         return announced == orig_node.tt_crcs
 
     def _apply_changes(self, now: float, orig_node, changes: list[TtChange], ttvn: int) -> bool:
+        """Apply announced changes; stops (and returns False) when our limits refuse one."""
         for change in changes:
             if change.flags & F.DEL:
                 self.global_del(now, orig_node.orig, change.addr, change.vid, bool(change.flags & F.ROAM))
@@ -352,9 +353,10 @@ class TranslationTable:
         return True
 
     def _update_changes(self, now: float, orig_node, changes: list[TtChange], ttvn: int) -> None:
-        if self._apply_changes(now, orig_node, changes, ttvn):
-            orig_node.tt_buff = list(changes)
-            orig_node.last_ttvn = ttvn
+        # the kernel stores the diff and the ttvn even when applying it stopped early
+        self._apply_changes(now, orig_node, changes, ttvn)
+        orig_node.tt_buff = list(changes)
+        orig_node.last_ttvn = ttvn
 
     def ogm_received(self, now: float, orig_node, tt: TtTvlv) -> None:
         """batadv_tt_update_orig: a TT container in an OGM of `orig_node`."""
@@ -470,8 +472,8 @@ class TranslationTable:
             self.counters.drop("tt_roam_rate_limited")
             return
         self.roam_counts[client] = (first, left - 1)
-        if self.mesh.send_unicast_tvlv(now, self.mesh.primary.mac, orig, [RoamTvlv(client=client, vid=vid)]):
-            self.counters["tt_roam_adv_tx"] += 1
+        self.counters["tt_roam_adv_tx"] += 1
+        self.mesh.send_unicast_tvlv(now, self.mesh.primary.mac, orig, [RoamTvlv(client=client, vid=vid)])
 
     def roam_received(self, now: float, src: Mac, dst: Mac, roam: RoamTvlv) -> bool:
         if not self.mesh.is_my_mac(dst):

@@ -12,14 +12,13 @@ rules of the notes, not read back from the core.
 
 from __future__ import annotations
 
-import dataclasses
+import collections
 
 import pytest
 
 from batmand.core.config import MeshConfig
 from batmand.sim.network import Network
-from batmand.wire import (Bcast, Mac, RoamTvlv, TtClientFlags as F, TtDataFlags, TtTvlv, Unicast, UnicastTvlv,
-                          build_frame, decode_frame)
+from batmand.wire import Bcast, Mac, TtClientFlags as F, TtDataFlags, TtTvlv, UnicastTvlv, decode_frame
 from batmand.wire.tt_crc import tt_entry_crc, tt_vlan_crc
 
 LINE = "ABCDE"
@@ -42,6 +41,27 @@ def arp_like(src: Mac, dst: str = BROADCAST) -> bytes:
 def ip_like(src: Mac, dst: Mac, tag: bytes = b"") -> bytes:
     """A unicast IPv4-sized frame; `tag` makes the payload recognisable."""
     return bytes(dst) + bytes(src) + b"\x08\x00" + (tag + bytes(46))[:46]
+
+
+def crc32c_linux(data: bytes) -> int:
+    """Linux crc32c(0, data), bit by bit: reflected Castagnoli 0x82F63B78, initial value 0,
+    no final XOR (§12.5). Independent of batmand.wire.tt_crc, to check it."""
+    crc = 0
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc
+
+
+def vlan_crc_by_hand(macs, vid: int = 0) -> int:
+    crc = 0
+    for mac in macs:
+        crc ^= crc32c_linux(vid.to_bytes(2, "big") + b"\x00" + bytes(mac))  # vid, flags & 0xF0, mac
+    return crc
+
+
+assert crc32c_linux(b"123456789") == 0x58E3FA20  # the notes' test vector
 
 
 class Sniffer:
@@ -140,6 +160,7 @@ def test_added_clients_known_everywhere_with_ttvn_and_crc():
     assert set(A.mesh.tt.local) == expected_keys
     assert all(not e.flags & (F.NEW | F.PENDING) for e in A.mesh.tt.local.values())
     expected_crc = tt_vlan_crc([(mac, 0) for mac, _ in expected_keys], 0)
+    assert expected_crc == vlan_crc_by_hand(mac for mac, _ in expected_keys)
     assert A.mesh.tt.local_crc(0) == expected_crc
     assert A.mesh.tt.local_crcs == {0: expected_crc}
     # A's own clients never enter A's global table
@@ -156,6 +177,8 @@ def test_added_clients_known_everywhere_with_ttvn_and_crc():
             assert entry.flags & (F.ROAM | F.TEMP) == 0
             assert set(entry.origs) == {A.orig}
             assert entry.origs[A.orig].ttvn == 2  # the ttvn of the commit that added it
+        # A's own MAC came with ttvn 1 (by diff or in a full table at ttvn 1) and kept it
+        assert tt.global_[(soft(net, "A"), 0)].origs[A.orig].ttvn == 1
     assert_fwd_line(net, LINE, "A", client(1), ttvn=2)
     assert_fwd_line(net, LINE, "A", client(3), ttvn=2)
     # no originator other than A changed its table: nobody else moved past ttvn 1
@@ -324,7 +347,7 @@ def test_roaming_client_moves_to_new_node():
 
 def _cut_and_change(net: Network, batches: list[list[Mac]]):
     """Cut D-E, let A commit one batch per ~2.5 s, wait until the 4-OGM repeat window of the
-    last batch has passed, restore the link. Returns (E's tt_request_tx before, sniffer)."""
+    last batch has passed, restore the link. Returns (TT counters of all nodes before, sniffer)."""
     A, E = net.nodes["A"], net.nodes["E"]
     segment = net.find_segment("D", "E")
     sniffer = Sniffer(net)
@@ -438,17 +461,28 @@ def test_steady_state_sends_no_tt_requests_or_responses():
 
 
 def test_broadcast_delivered_once_everywhere_and_creates_temp_entries():
-    # A diamond with a tail: D hears every broadcast of A twice (via B and via C)
+    # A diamond A-B-D-C-A plus E hanging off B: D hears every broadcast of A twice (via B and
+    # via C). (E hangs off B, not D: D's route to A flaps between the equal B and C, and an
+    # OGM of A can then legitimately go unforwarded by D, as in the kernel.)
     net = Network(seed=18)
     for name in LINE:
         net.add_node(name)
-    for a, b in (("A", "B"), ("A", "C"), ("B", "D"), ("C", "D"), ("D", "E")):
+    for a, b in (("A", "B"), ("A", "C"), ("B", "D"), ("C", "D"), ("B", "E")):
         net.link(a, b)
     net.run_for(WARMUP)
     A = net.nodes["A"]
-    sniffer = Sniffer(net)
     requests = counters(net)
 
+    # first an unrelated change, so that its diff reaches the receivers while the TEMP entry
+    # below exists (their CRC recomputation must leave TEMP entries out). A unicast to an
+    # unknown MAC is dropped, but its source is learnt all the same.
+    early = client(0x70)
+    net.host_send("A", ip_like(early, Mac("02:dd:00:00:00:70")))
+    while A.mesh.tt.ttvn == 1:
+        net.run_for(0.01)
+    assert A.mesh.tt.ttvn == 2  # committed; the OGM carrying it leaves in ~1 s
+
+    sniffer = Sniffer(net)
     talker = client(0x77)  # unknown to everybody so far
     frames = [arp_like(talker)[:-1] + bytes([i]) for i in (1, 2)]
     net.host_send("A", frames[0])
@@ -460,6 +494,10 @@ def test_broadcast_delivered_once_everywhere_and_creates_temp_entries():
     # rebroadcasts carry the decremented TTL: B and C 48, D 47; E has nobody left to send to
     ttls = {(n, f.packet.ttl) for _, n, _, f in sniffer.log if n != "A" and isinstance(f.packet, Bcast)}
     assert ttls == {("B", 48), ("C", 48), ("D", 47)}
+    # B sends toward D and E, C toward D (never back to A, the originator); D rebroadcasts only
+    # the first copy, on its other link only, where it is a duplicate; E's only neighbour is B
+    sent = collections.Counter(n for _, n, _, f in sniffer.log if isinstance(f.packet, Bcast))
+    assert sent == {"A": 2, "B": 2, "C": 1, "D": 1}
     for name in "BCDE":
         got = [f for _, f in net.nodes[name].delivered]
         assert got == [frames[0]], name  # D dropped the second copy (duplicate window)
@@ -467,8 +505,6 @@ def test_broadcast_delivered_once_everywhere_and_creates_temp_entries():
         assert entry.flags & F.TEMP
         assert set(entry.origs) == {A.orig}
         assert entry.origs[A.orig].ttvn == orig_node(net, name, "A").last_ttvn == 1
-        # TEMP entries are not part of the CRC: the stored CRC is still the soft MAC's
-        assert orig_node(net, name, "A").tt_crcs == {0: tt_entry_crc(soft(net, "A"), 0)}
         assert net.nodes[name].fwd.lookup(talker, 0)[0] == A.orig
     assert not A.delivered
 
@@ -479,14 +515,25 @@ def test_broadcast_delivered_once_everywhere_and_creates_temp_entries():
     for name in "BCDE":
         assert [f for _, f in net.nodes[name].delivered] == frames, name
 
+    # the ttvn-2 diff (early) has arrived everywhere, the talker's ADD (ttvn 3) not yet: the
+    # recomputed CRC covers the soft MAC and `early`, not the TEMP entry, and matches A's
+    net.run_for(1.5)
+    assert A.mesh.tt.ttvn == 3  # the talker's ADD is committed, its OGM not sent yet
+    crc2 = tt_vlan_crc([(soft(net, "A"), 0), (early, 0)], 0)
+    for name in "BCDE":
+        assert orig_node(net, name, "A").last_ttvn == 2
+        assert orig_node(net, name, "A").tt_crcs == {0: crc2}
+        assert net.nodes[name].mesh.tt.global_[(talker, 0)].flags & F.TEMP
+
     # A's next commit announces the talker: the TEMP entries become real ones
     net.run_for(5.0)
-    assert A.mesh.tt.ttvn == 2
-    crc = tt_vlan_crc([(soft(net, "A"), 0), (talker, 0)], 0)
+    assert A.mesh.tt.ttvn == 3
+    crc3 = tt_vlan_crc([(soft(net, "A"), 0), (early, 0), (talker, 0)], 0)
+    assert A.mesh.tt.local_crc(0) == crc3
     for name in "BCDE":
         entry = net.nodes[name].mesh.tt.global_[(talker, 0)]
-        assert not entry.flags & F.TEMP and entry.origs[A.orig].ttvn == 2
-        assert orig_node(net, name, "A").tt_crcs == {0: crc}
+        assert not entry.flags & F.TEMP and entry.origs[A.orig].ttvn == 3
+        assert orig_node(net, name, "A").tt_crcs == {0: crc3}
     assert counters(net) == requests  # no TT request/response was needed at any point
 
 
@@ -543,3 +590,79 @@ def test_originator_table_limit():
         assert len(net.nodes[name].mesh.originators.nodes) <= limit, name
     # the middle of a 7-node line hears 6 originators: some had to be refused
     assert all(net.nodes[n].mesh.counters["drop_originator_table_full"] > 0 for n in "CDE")
+
+
+# --- 9. ttvn wrap ------------------------------------------------------------------------------
+
+
+def test_ttvn_wrap_costs_exactly_one_full_table_request():
+    """§12.6: the "+1" test is done on ints, so 255 -> 0 is not consecutive: each node that
+    follows A's diffs asks for A's full table exactly once at the wrap, and never before."""
+    net = build_line(seed=22, config=MeshConfig(tt_local_timeout_ms=3_000, tt_work_period_ms=1_000),
+                     names="ABC")
+    A = net.nodes["A"]
+    sniffer = Sniffer(net)
+    before = counters(net)
+    n = 0
+    while not (A.mesh.tt.ttvn == 2 and n > 200):  # through 255 -> 0, then two more commits
+        n += 1
+        net.host_send("A", arp_like(Mac(f"02:ee:00:00:{n >> 8:02x}:{n & 0xFF:02x}")))
+        net.run_for(1.0)  # clients time out 3-4 s later: the table stays small
+    net.run_for(10.0)  # the last clients time out, their deletions are committed and spread
+    assert set(A.mesh.tt.local) == {(soft(net, "A"), 0)} and 2 < A.mesh.tt.ttvn < 10
+    requests = [(name, pkt, tt) for _, name, pkt, tt in sniffer.tt_tvlvs()
+                if tt.flags & 0x0F == TtDataFlags.REQUEST and pkt.src == net.nodes[name].orig]
+    assert sorted((name, tt.flags, tt.ttvn) for name, _, tt in requests) == [
+        ("B", TtDataFlags.REQUEST | TtDataFlags.FULL_TABLE, 0),
+        ("C", TtDataFlags.REQUEST | TtDataFlags.FULL_TABLE, 0),
+    ]
+    after = counters(net)
+    assert {k: after[k]["tt_request_tx"] - before[k]["tt_request_tx"] for k in "ABC"} == {"A": 0, "B": 1, "C": 1}
+    for name in "BC":
+        on = orig_node(net, name, "A")
+        assert on.last_ttvn == A.mesh.tt.ttvn
+        assert on.tt_crcs == {0: tt_entry_crc(soft(net, "A"), 0)}
+        assert announced_by(net, name, "A") == {(soft(net, "A"), 0)}
+
+
+# --- the TTVN check and clients that are being deleted ----------------------------------------
+
+
+def test_stale_ttvn_frame_for_pending_client_is_dropped():
+    """A long OGM interval keeps B's view of A's ttvn stale for ~5 s after each commit. In
+    that window A's client c3 times out (PENDING until A's next commit) and B sends to it
+    with the old ttvn. Kernel check_unicast_ttvn at A: ttvn is old -> reroute: c3 is not
+    "my client" (PENDING) and no other originator has it -> not my client -> drop."""
+    cfg = MeshConfig(orig_interval_ms=5_000, tt_local_timeout_ms=3_000, tt_work_period_ms=1_000)
+    net = build_line(seed=23, config=cfg, names="AB", warmup=60.0)
+    A, B = net.nodes["A"], net.nodes["B"]
+    c3, other = client(3), client(0x99)
+    net.host_send("A", arp_like(c3))
+    for i in range(300):  # 15 s, c3 kept alive: announced to B
+        if i % 10 == 0:
+            net.host_send("A", arp_like(c3))
+        net.run_for(0.05)
+    assert B.fwd.lookup(c3, 0)[0] == A.orig
+    net.host_send("A", arp_like(other))  # a change: A's next commit bumps the ttvn
+    ttvn = A.mesh.tt.ttvn
+    i = 0
+    while A.mesh.tt.ttvn == ttvn:
+        i += 1
+        if i % 10 == 0:
+            net.host_send("A", arp_like(c3))
+            net.host_send("A", arp_like(other))
+        net.run_for(0.05)
+    # from now on c3 is silent; `other` stays alive
+    while not A.mesh.tt.local[(c3, 0)].flags & F.PENDING:
+        i += 1
+        if i % 10 == 0:
+            net.host_send("A", arp_like(other))
+        net.run_for(0.05)
+    assert orig_node(net, "B", "A").last_ttvn == A.mesh.tt.ttvn - 1  # B is one version behind
+    assert B.fwd.lookup(c3, 0)[3] == A.mesh.tt.ttvn - 1
+    frame = ip_like(client(0x42), c3, b"late")
+    drops = A.mesh.counters["drop_unicast_ttvn"]
+    net.host_send("B", frame)
+    net.run_for(0.01)
+    assert all(f != frame for _, f in A.delivered)
+    assert A.mesh.counters["drop_unicast_ttvn"] == drops + 1

@@ -45,7 +45,7 @@ class ForwardingUpdate:
 
     origs: dict  # Mac -> OrigRoute | None
     clients: dict  # (Mac, vid) -> ClientRoute | None
-    local_clients: dict  # (Mac, vid) -> True | None
+    local_clients: dict  # (Mac, vid) -> True (ours), False (deleted or roamed, not committed yet), None (gone)
 
 
 @dataclass(frozen=True, slots=True)

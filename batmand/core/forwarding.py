@@ -15,7 +15,9 @@ class ForwardingTable:
     def __init__(self) -> None:
         self.origs: dict[Mac, OrigRoute] = {}
         self.clients: dict[tuple[Mac, int], ClientRoute] = {}
-        self.local_clients: set[tuple[Mac, int]] = set()
+        # True: our client; False: still in our table but deleted or roamed away (frames
+        # for it need the slow path's TTVN handling)
+        self.local_clients: dict[tuple[Mac, int], bool] = {}
 
     def apply(self, update: ForwardingUpdate) -> None:
         for table, changes in ((self.origs, update.origs), (self.clients, update.clients)):
@@ -24,11 +26,11 @@ class ForwardingTable:
                     table.pop(key, None)
                 else:
                     table[key] = value
-        for key, present in update.local_clients.items():
-            if present:
-                self.local_clients.add(key)
+        for key, state in update.local_clients.items():
+            if state is None:
+                self.local_clients.pop(key, None)
             else:
-                self.local_clients.discard(key)
+                self.local_clients[key] = state
 
     def lookup(self, dst: bytes, vid: int) -> tuple[Mac, Mac, str, int] | None:
         """(originator, next-hop MAC, hard interface, ttvn to put in the header) or None."""

@@ -284,7 +284,7 @@ class Mesh:
             if self._published_clients.get(key) != route:
                 clients[key] = route
         self.tt.dirty_clients.clear()
-        local = {key: (key in self.tt.local or None) for key in self.tt.dirty_local}
+        local = {key: (self.tt.is_my_client(*key) if key in self.tt.local else None) for key in self.tt.dirty_local}
         self.tt.dirty_local.clear()
         if not (origs or clients or local):
             return

@@ -92,11 +92,6 @@ class Routing:
             return False
         return True
 
-    def _is_my_client(self, addr: Mac, vid: int) -> bool:
-        """batadv_is_my_client: a local client not deleted (PENDING) and not roamed away."""
-        entry = self.mesh.tt.local.get((addr, vid))
-        return entry is not None and not entry.flags & (F.PENDING | F.ROAM)
-
     def _check_ttvn(self, now: float, packet) -> bool:
         """batadv_check_unicast_ttvn: reroute when the sender's TT view was stale."""
         mesh, tt = self.mesh, self.mesh.tt
@@ -119,7 +114,7 @@ class Routing:
             return True
         if self._reroute(packet, inner.h_dest, vid):
             return True
-        if not self._is_my_client(inner.h_dest, vid):
+        if not self.mesh.tt.is_my_client(inner.h_dest, vid):
             return False
         packet.dest = Mac(mesh.primary.mac)
         packet.ttvn = current
@@ -128,7 +123,7 @@ class Routing:
     def _reroute(self, packet, client: Mac, vid: int) -> bool:
         """batadv_reroute_unicast_packet: point the header at the client's current owner."""
         mesh, tt = self.mesh, self.mesh.tt
-        if self._is_my_client(client, vid):
+        if self.mesh.tt.is_my_client(client, vid):
             new_dest, new_ttvn = mesh.primary.mac, tt.ttvn
         else:
             orig = tt.best_orig(client, vid)

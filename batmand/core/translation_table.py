@@ -93,6 +93,8 @@ class TranslationTable:
         roamed_back = False
         if entry is not None:
             entry.last_seen = now
+            if entry.flags & (F.PENDING | F.ROAM):
+                self.dirty_local.add(key)
             if entry.flags & F.PENDING:
                 entry.flags &= ~F.PENDING  # it came back before the commit: announce it again
                 self._event(entry, 0)
@@ -147,6 +149,12 @@ class TranslationTable:
     def _local_set_pending(self, entry: LocalEntry, flags: int) -> None:
         self._event(entry, flags)
         entry.flags |= F.PENDING
+        self.dirty_local.add((entry.addr, entry.vid))
+
+    def is_my_client(self, addr: Mac, vid: int) -> bool:
+        """batadv_is_my_client: a local client not deleted (PENDING) and not roamed away."""
+        entry = self.local.get((addr, vid))
+        return entry is not None and not entry.flags & (F.PENDING | F.ROAM)
 
     def local_remove(self, addr: Mac, vid: int, roaming: bool) -> int:
         """batadv_tt_local_remove: another node announced our client; returns its old flags."""
@@ -158,6 +166,7 @@ class TranslationTable:
         if roaming:
             flags |= F.ROAM
             entry.flags |= F.ROAM
+            self.dirty_local.add((addr, vid))
         if not entry.flags & F.NEW:
             self._local_set_pending(entry, flags)
             return old

@@ -171,7 +171,11 @@ def test_line_converges_within_ten_ogm_intervals():
     Each hop needs a couple of OGMs: the first one from a new neighbour creates its
     originator entry (and the bidirectional check fails: no echo yet), the echo of the next
     own OGM makes the link bidirectional; only then is a multi-hop OGM arriving via that
-    neighbour accepted ("OGM via unknown neighbour" otherwise) and forwarded."""
+    neighbour accepted ("OGM via unknown neighbour" otherwise), and it is forwarded only
+    from the next OGM on (from_best_next_hop needs the router set by the previous one).
+    Early on the windows hold few OGMs, tq_asym is tiny (rq = 2: 255 - 255*62**3//64**3 = 24)
+    and a far originator's TQ truncates to 0 after a few hops - such OGMs are dropped - so
+    the 4-hop routes appear last (measured: 2 s for neighbours, 8.3 s for A<->E)."""
     net = Network(seed=11)
     build_line(net, LINE)
     converged_at = None
@@ -208,6 +212,10 @@ def test_line_lossless_defaults():
             values = ring(net, a, b)
             assert all(path_tq(hops, echo=63) <= v <= LOSSLESS[hops] for v in values), (a, b, values)
             assert path_tq(hops, echo=63) <= net.tq(a, b) <= LOSSLESS[hops]
+            # the forwarding table published to the data path agrees with the router
+            r = router(net, a, b)
+            route = net.nodes[a].fwd.origs[net.nodes[b].orig]
+            assert (route.next_hop, route.iface) == (r.addr, r.if_incoming.name)
 
 
 def test_line_lossless_tq_exact():
@@ -347,17 +355,21 @@ def two_nodes(config: MeshConfig, seed: int, offset: float = 0.5) -> Network:
 
 def record_pushes(net: Network, at: str, neighbour: str, log: list) -> object:
     """Spy on the TQ ring of `at`'s (default-table) route to direct neighbour `neighbour`:
-    every value pushed is logged as (value, echo, rq, last_real_seqno of the neighbour),
-    the counts read at the moment of the push - the ones calc_tq just used."""
+    every value pushed is logged as (value, echo, rq, seqno, last_own, last_own_echoed):
+    the counts read at the moment of the push - the ones calc_tq just used -, the seqno of
+    the neighbour's OGM just processed, and the seqno of our own OGM sent last on that
+    interface with whether its echo is already in (bit 0 of the echo window)."""
     r = router(net, at, neighbour)
     info = r.ifinfo[None]
     echo_info = r.orig_node.ifinfo[r.if_incoming]
     link = r.orig_node.neighbours[(r.orig_node.orig, r.if_incoming)].ifinfo[None]
     neigh_orig = r.orig_node
+    iface = r.if_incoming
     original = info.push_tq
 
     def push_tq(value: int) -> None:
-        log.append((value, echo_info.bcast_own_sum, link.real_packet_count, neigh_orig.ifinfo[None].last_real_seqno))
+        log.append((value, echo_info.bcast_own_sum, link.real_packet_count, neigh_orig.ifinfo[None].last_real_seqno,
+                    (iface.ogm_seqno - 2) & 0xFFFFFFFF, bool(echo_info.bcast_own & 1)))
         original(value)
 
     info.push_tq = push_tq
@@ -393,26 +405,28 @@ def test_deterministic_loss_worked_numbers():
 
     # at B: 5 of A's (odd) OGMs in 10 s, each with rq = 32, echo = 64 -> 224
     assert calc_tq(255, echo=64, rq=32) == 224
-    assert pushes["B"] and all(seqno % 2 == 1 for *_, seqno in pushes["B"])
-    assert [(v, echo, rq) for v, echo, rq, _ in pushes["B"]] == [(224, 64, 32)] * len(pushes["B"])
+    assert 4 <= len(pushes["B"]) <= 6
+    assert pushes["B"] and all(seqno % 2 == 1 for _, _, _, seqno, *_ in pushes["B"])
+    assert [(v, echo, rq) for v, echo, rq, *_ in pushes["B"]] == [(224, 64, 32)] * len(pushes["B"])
     assert ring(net, "B", "A") == [224] * RING
     assert net.tq("B", "A") == 224
 
     # at A: all 10 of B's OGMs, each with rq = 64, echo = 32 -> 127
     assert calc_tq(255, echo=32, rq=64) == 127
     assert len(pushes["A"]) >= 9
-    assert [(v, echo, rq) for v, echo, rq, _ in pushes["A"]] == [(127, 32, 64)] * len(pushes["A"])
+    assert [(v, echo, rq) for v, echo, rq, *_ in pushes["A"]] == [(127, 32, 64)] * len(pushes["A"])
     assert ring(net, "A", "B") == [127] * RING
     assert net.tq("A", "B") == 127
 
 
-@pytest.mark.parametrize("aggregation, offset", [(True, 0.05), (False, 0.5)],
+@pytest.mark.parametrize("config, offset", [(MeshConfig(jitter_ms=2), 0.05), (MeshConfig(aggregation=False), 0.5)],
                          ids=["aggregation-echo-in-flight", "no-aggregation"])
-def test_random_loss_tq_is_the_formula_of_the_recorded_counts(aggregation, offset):
+def test_random_loss_tq_is_the_formula_of_the_recorded_counts(config, offset):
     """A-B, every frame A->B lost with p = 0.3 (a seeded generator of the test, so the test
-    knows which of A's OGMs got through), B->A lossless, default jitter. In the first
-    variant B boots 50 ms after A, so B's OGMs often reach A while A's last echo is held
-    back at B: the formula must hold with those counts too.
+    knows which of A's OGMs got through), B->A lossless. In the first variant (aggregation
+    on, 2 ms jitter to hold the phase) B boots 50 ms after A, so B's OGMs reach A while A's
+    last echo is still held back at B: the formula must hold with those counts too. The
+    second variant has aggregation off, default jitter, opposite phases.
 
     For every TQ pushed into a ring after the windows are full, the value must be
     calc_tq(255, echo, rq) of the window counts at that moment (captured when it is
@@ -420,7 +434,7 @@ def test_random_loss_tq_is_the_formula_of_the_recorded_counts(aggregation, offse
     the number of A's seqnos in (s-64, s] that were not dropped, s = the OGM just received."""
     p = 0.3
     loss_rng = random.Random(1234)
-    net = two_nodes(MeshConfig(aggregation=aggregation), seed=32, offset=offset)
+    net = two_nodes(config, seed=32, offset=offset)
     a_orig = net.nodes["A"].orig
     delivered: set[int] = set()
 
@@ -441,13 +455,17 @@ def test_random_loss_tq_is_the_formula_of_the_recorded_counts(aggregation, offse
     net.run_for(60)
 
     assert len(pushes["B"]) >= 30 and len(pushes["A"]) >= 55
-    for value, echo, rq, seqno in pushes["B"]:
+    for value, echo, rq, seqno, *_ in pushes["B"]:
         recorded_rq = sum(1 for s in delivered if 0 <= (seqno - s) % 2 ** 32 < WINDOW)
         assert rq == recorded_rq, (seqno, rq, recorded_rq)
         assert value == calc_tq(255, echo, rq), (value, echo, rq)
-    for value, echo, rq, _ in pushes["A"]:
+    for value, echo, rq, *_ in pushes["A"]:
         assert rq == 64  # B->A is lossless
         assert value == calc_tq(255, echo, rq), (value, echo, rq)
+    # pushes at A made while A's last OGM had reached B but its echo had not come back yet
+    in_flight = sum(1 for *_, last_own, echoed in pushes["A"] if last_own in delivered and not echoed)
+    if offset < 0.1:
+        assert in_flight >= len(pushes["A"]) // 3
     # the ring holds the last 5 pushes, tq_avg is their non-zero mean
     for info, recorded in ((info_b, pushes["B"]), (info_a, pushes["A"])):
         last = [v for v, *_ in recorded[-RING:]]
@@ -455,12 +473,13 @@ def test_random_loss_tq_is_the_formula_of_the_recorded_counts(aggregation, offse
         assert info.tq_recv[(info.tq_index - 1) % RING] == last[-1]
         assert info.tq_avg == ring_avg(info.tq_recv)
     # loss shows: both counts well below 64, and the TQ is not constant
-    assert all(25 <= rq <= 60 for _, _, rq, _ in pushes["B"])
-    assert all(25 <= echo <= 60 for _, echo, _, _ in pushes["A"])
+    assert all(25 <= rq <= 60 for _, _, rq, *_ in pushes["B"])
+    assert all(25 <= echo <= 60 for _, echo, *_ in pushes["A"])
     assert len({v for v, *_ in pushes["B"]}) > 1
-    print(f"\nloss {p} A->B ({'aggregation' if aggregation else 'no aggregation'}): "
+    print(f"\nloss {p} A->B ({'aggregation' if config.aggregation else 'no aggregation'}): "
           f"TQ of A at B {net.tq('B', 'A')} (last rq/echo {pushes['B'][-1][2]}/{pushes['B'][-1][1]}), "
-          f"TQ of B at A {net.tq('A', 'B')} (last rq/echo {pushes['A'][-1][2]}/{pushes['A'][-1][1]})")
+          f"TQ of B at A {net.tq('A', 'B')} (last rq/echo {pushes['A'][-1][2]}/{pushes['A'][-1][1]}), "
+          f"{in_flight}/{len(pushes['A'])} pushes at A with an echo in flight")
 
 
 # --- 4. rerouting -----------------------------------------------------------------------
@@ -469,7 +488,8 @@ SQUARE = [("A", "B"), ("A", "C"), ("B", "D"), ("C", "D")]
 
 
 def step_event(net: Network) -> None:
-    """Advance the simulator to its next event (a timer or a frame arrival) and run it."""
+    """Advance the simulator to its next event (a timer or a frame arrival) and run it
+    (peeks at the simulator's event queue: run_until has no "one event" mode)."""
     net.run_until(net._queue[0][0])
 
 
@@ -530,7 +550,10 @@ def test_cut_link_reroutes_within_the_ring_length(seed):
                 continue
             hops = 2 if {x, y} in ({"A", "D"}, {"B", "C"}) else 1
             hop = net.next_hop(x, y)
-            assert hop == y if hops == 1 else hop in ({"B", "C"} if {x, y} == {"A", "D"} else {"A", "D"}), (x, y, hop)
+            if hops == 1:
+                assert hop == y, (x, y, hop)
+            else:  # A<->D via B or C, B<->C via A or D
+                assert hop in ({"B", "C"} if {x, y} == {"A", "D"} else {"A", "D"}), (x, y, hop)
             assert path_tq(hops, echo=63) <= net.tq(x, y) <= LOSSLESS[hops], (x, y)
 
 
@@ -620,7 +643,7 @@ def test_secondary_interface_ogms_stay_on_their_link():
     assert b_sec not in originators(net, "A") and b_sec not in originators(net, "D")
     assert c_sec in originators(net, "D")
     assert c_sec not in originators(net, "A") and c_sec not in originators(net, "B")
-    # C's route to B's secondary originator: direct, via the secondary MAC itself, full TQ
+    # C's route to B's secondary originator: direct, via the secondary MAC itself
     sec_router = net.nodes["C"].mesh.originators.get(b_sec).router()
     assert sec_router.addr == b_sec and sec_router.if_incoming.name == "if0"
     assert sec_router.ifinfo[None].tq_avg > 0

@@ -1,9 +1,34 @@
-"""Entry point of the `batmand` console script. The daemon itself arrives with the daemon
-issue; until then the command says so instead of pretending to run."""
+"""Entry point of the `batmand` console script: runs one mesh interface in the foreground."""
 
+from __future__ import annotations
+
+import asyncio
+import logging
 import sys
 
+from batmand.daemon.options import OptionsError, load
+from batmand.daemon.service import AlreadyRunning, Service
 
-def main() -> int:
-    print("batmand: the daemon is not built yet; `batmanctl td` decodes batman-adv traffic", file=sys.stderr)
-    return 1
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="batmand[%(name)s] %(levelname)s %(message)s")
+    try:
+        options = load(argv)
+    except OptionsError as exc:
+        print(f"batmand: {exc}", file=sys.stderr)
+        return 2
+    try:
+        import uvloop
+
+        uvloop.run(Service(options).run())
+    except AlreadyRunning as exc:
+        print(f"batmand: {exc}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as exc:
+        print(f"batmand: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

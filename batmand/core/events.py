@@ -46,6 +46,7 @@ class ForwardingUpdate:
     origs: dict  # Mac -> OrigRoute | None
     clients: dict  # (Mac, vid) -> ClientRoute | None
     local_clients: dict  # (Mac, vid) -> True (ours), False (deleted or roamed, not committed yet), None (gone)
+    own_ttvn: int | None = None  # our TT version when it changed (unicast to us carries it)
 
 
 @dataclass(frozen=True, slots=True)

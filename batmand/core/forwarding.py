@@ -18,8 +18,11 @@ class ForwardingTable:
         # True: our client; False: still in our table but deleted or roamed away (frames
         # for it need the slow path's TTVN handling)
         self.local_clients: dict[tuple[Mac, int], bool] = {}
+        self.own_ttvn = 0
 
     def apply(self, update: ForwardingUpdate) -> None:
+        if update.own_ttvn is not None:
+            self.own_ttvn = update.own_ttvn
         for table, changes in ((self.origs, update.origs), (self.clients, update.clients)):
             for key, value in changes.items():
                 if value is None:

@@ -52,6 +52,7 @@ class Mesh:
         self._actions: list = []
         self._published_origs: dict[Mac, OrigRoute] = {}
         self._published_clients: dict = {}
+        self._published_ttvn = 0
         self._dirty_origs: set[Mac] = set()
         self._next_purge = now + self.config.orig_work_period_ms / 1000.0
         self._next_tt_purge = now + self.config.tt_work_period_ms / 1000.0
@@ -286,7 +287,9 @@ class Mesh:
         self.tt.dirty_clients.clear()
         local = {key: (self.tt.is_my_client(*key) if key in self.tt.local else None) for key in self.tt.dirty_local}
         self.tt.dirty_local.clear()
-        if not (origs or clients or local):
+        ttvn = self.tt.ttvn if self.tt.ttvn != self._published_ttvn else None
+        self._published_ttvn = self.tt.ttvn
+        if not (origs or clients or local or ttvn is not None):
             return
         for table, changes in ((self._published_origs, origs), (self._published_clients, clients)):
             for key, value in changes.items():
@@ -294,4 +297,4 @@ class Mesh:
                     table.pop(key, None)
                 else:
                     table[key] = value
-        self._actions.append(ForwardingUpdate(origs, clients, local))
+        self._actions.append(ForwardingUpdate(origs, clients, local, ttvn))

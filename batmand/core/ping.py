@@ -66,6 +66,11 @@ class PingSession:
     def finished(self) -> bool:
         return self.next_seqno > self.count and not self.sent
 
+    @property
+    def log(self) -> list[PingReply]:
+        """Every outcome so far, in the order it happened."""
+        return self.results
+
     def next_deadline(self) -> float:
         times = [at + self.timeout for at in self.sent.values()]
         if self.next_seqno <= self.count:
@@ -98,6 +103,11 @@ class TracerouteSession:
     _open: dict[int, tuple[float, int]] = field(default_factory=dict)  # seqno -> (sent, ttl)
     _next_seqno: int = 1
     done: bool = False
+    log: list[PingReply] = field(default_factory=list)  # every outcome, in order
+
+    @property
+    def finished(self) -> bool:
+        return self.done
 
     def due(self, now: float) -> list[tuple[int, int]]:
         """(seqno, ttl) probes to send now: the next hop's probes once the last ones ended."""
@@ -119,6 +129,7 @@ class TracerouteSession:
 
     def _record(self, ttl: int, reply: PingReply) -> None:
         self.hops[ttl - 1].append(reply)
+        self.log.append(reply)
         if len(self.hops[ttl - 1]) == self.probes_per_hop:
             if any(r.kind in ("reply", "unreachable") for r in self.hops[ttl - 1]):
                 self.done = True

@@ -132,6 +132,13 @@ class TranslationTable:
             self._event(entry, 0)
         return True
 
+    def refresh_local(self, seen: dict) -> None:
+        """Clients the data path saw sending ({(mac, vid): last time}), without the slow path."""
+        for key, when in seen.items():
+            entry = self.local.get(key)
+            if entry is not None and when > entry.last_seen:
+                entry.last_seen = when
+
     def _event(self, entry: LocalEntry, event_flags: int) -> None:
         """batadv_tt_local_event: queue a change; ADD+DEL / DEL+ADD cancel each other."""
         flags = (entry.flags | event_flags) & 0xFF

@@ -1,0 +1,1 @@
+"""The batmand daemon: the I/O shell (asyncio on uvloop) around the protocol core."""

@@ -1,0 +1,239 @@
+"""The control socket: one JSON request per line, answered from the running service."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+from batmand.core.ping import PingSession, TracerouteSession
+from batmand.wire import Mac
+
+from . import protocol, tables
+
+log = logging.getLogger("batmand.control")
+
+SETTINGS = {
+    "orig_interval": ("orig_interval_ms", int),
+    "hop_penalty": ("hop_penalty", int),
+    "aggregation": ("aggregation", bool),
+    "ap_isolation": ("ap_isolation", bool),
+    "loglevel": ("loglevel", str),
+}
+LOGLEVELS = ("none", "all", "batman", "routes", "tt", "bla", "dat", "mcast", "tp")
+
+
+class CommandError(Exception):
+    pass
+
+
+def _mac(value) -> Mac:
+    try:
+        return Mac(str(value))
+    except ValueError:
+        raise CommandError(f"not a MAC address: {value}") from None
+
+
+class ControlServer:
+    def __init__(self, service, path: str) -> None:
+        self.service = service
+        self.path = path
+        self.server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> None:
+        os.makedirs(os.path.dirname(self.path) or ".", mode=0o755, exist_ok=True)
+        if os.path.exists(self.path):
+            os.unlink(self.path)  # a stale socket; a live daemon was ruled out before
+        old = os.umask(0o177)
+        try:
+            self.server = await asyncio.start_unix_server(self._client, path=self.path)
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while line := await reader.readline():
+                try:
+                    request = protocol.decode(line)
+                    cmd, args = request.get("cmd"), request.get("args") or {}
+                    handler = getattr(self, f"cmd_{cmd}", None) if isinstance(cmd, str) else None
+                    if handler is None:
+                        raise CommandError(f"unknown command {cmd!r}")
+                    result = await handler(args, writer)
+                    reply = {"ok": True, "result": result}
+                except CommandError as exc:
+                    reply = {"ok": False, "error": str(exc)}
+                except (ValueError, TypeError) as exc:
+                    reply = {"ok": False, "error": f"bad request: {exc}"}
+                writer.write(protocol.encode(reply))
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    # --- listings -------------------------------------------------------------------------
+
+    async def cmd_mesh_info(self, args, writer):
+        return tables.mesh_info(self.service.mesh, self.service.options.meshif)
+
+    async def cmd_interfaces(self, args, writer):
+        return tables.interfaces(self.service.mesh, self.service.ifindex)
+
+    async def cmd_originators(self, args, writer):
+        return tables.originators(self.service.mesh, self.service.now(), self.service.ifindex)
+
+    async def cmd_neighbors(self, args, writer):
+        return tables.neighbors(self.service.mesh, self.service.now(), self.service.ifindex)
+
+    async def cmd_transtable_local(self, args, writer):
+        return tables.transtable_local(self.service.mesh, self.service.now())
+
+    async def cmd_transtable_global(self, args, writer):
+        return tables.transtable_global(self.service.mesh)
+
+    async def cmd_statistics(self, args, writer):
+        return tables.statistics(self.service.mesh, self.service.datapath.counters)
+
+    async def cmd_routing_algos(self, args, writer):
+        algo = self.service.mesh.algo.name
+        return {"active": {self.service.options.meshif: algo}, "selected": algo, "available": ["BATMAN_IV"]}
+
+    # --- settings ---------------------------------------------------------------------------
+
+    async def cmd_get(self, args, writer):
+        name = args.get("setting")
+        if name not in SETTINGS:
+            raise CommandError(f"unknown setting {name!r}")
+        field, kind = SETTINGS[name]
+        value = getattr(self.service.mesh.config, field)
+        return int(value) if kind is bool else value
+
+    async def cmd_set(self, args, writer):
+        name, value = args.get("setting"), args.get("value")
+        if name not in SETTINGS:
+            raise CommandError(f"unknown setting {name!r}")
+        field, kind = SETTINGS[name]
+        if kind is bool:
+            if str(value).lower() not in ("0", "1", "enable", "disable", "enabled", "disabled", "true", "false"):
+                raise CommandError(f"{name}: expected 0 or 1")
+            value = str(value).lower() in ("1", "enable", "enabled", "true")
+        elif kind is int:
+            try:
+                value = int(value)
+            except (TypeError, ValueError):
+                raise CommandError(f"{name}: expected a number") from None
+            if name == "hop_penalty" and not 0 <= value <= 255:
+                raise CommandError("hop_penalty: 0..255")
+            if name == "orig_interval" and not 40 <= value <= 2 ** 31:
+                raise CommandError("orig_interval: at least 40 ms")
+        else:
+            levels = str(value).split()
+            if any(level not in LOGLEVELS for level in levels):
+                raise CommandError(f"loglevel: choose from {' '.join(LOGLEVELS)}")
+            value = " ".join(levels)
+        setattr(self.service.mesh.config, field, value)
+        log.info("setting %s changed to %s", name, value)
+        return await self.cmd_get({"setting": name}, writer)
+
+    # --- interfaces ---------------------------------------------------------------------------
+
+    async def cmd_if_add(self, args, writer):
+        try:
+            self.service.add_interface(str(args.get("ifname")))
+        except (OSError, ValueError) as exc:
+            raise CommandError(str(exc)) from None
+        return await self.cmd_interfaces(args, writer)
+
+    async def cmd_if_del(self, args, writer):
+        try:
+            self.service.remove_interface(str(args.get("ifname")))
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        return await self.cmd_interfaces(args, writer)
+
+    # --- translate, ping, traceroute -----------------------------------------------------------
+
+    async def cmd_translate(self, args, writer):
+        target = _mac(args.get("target"))
+        mesh = self.service.mesh
+        if mesh.is_my_mac(target) or mesh.originators.get(target) is not None:
+            return {"orig_address": str(target)}
+        for vid in [0] + sorted({k[1] for k in mesh.tt.global_ if k[0] == target}):
+            best = mesh.tt.best_orig(target, vid)
+            if best is not None:
+                return {"orig_address": str(best)}
+        if mesh.tt.is_my_client(target, 0) and mesh.primary is not None:
+            return {"orig_address": str(mesh.primary.mac)}
+        raise CommandError(f"no originator known for {target}")
+
+    async def _run_session(self, session, writer, send_probe, event_of) -> None:
+        """Send the session's probes when due and stream every outcome as an event."""
+        wake = self.service.register_icmp(session.uid, session)
+        sent = 0
+        try:
+            while True:
+                now = self.service.now()
+                for probe in session.due(now):
+                    send_probe(probe)
+                for reply in session.log[sent:]:
+                    writer.write(protocol.encode({"event": event_of(reply)}))
+                sent = len(session.log)
+                await writer.drain()
+                if session.finished:
+                    return
+                wake.clear()
+                timeout = max(0.0, min(session.next_deadline(), now + 0.25) - self.service.now())
+                try:
+                    await asyncio.wait_for(wake.wait(), timeout=timeout)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            self.service.unregister_icmp(session.uid)
+
+    async def cmd_ping(self, args, writer):
+        dst = _mac(args.get("dst"))
+        session = PingSession(dst=dst, uid=self.service.new_uid(), count=int(args.get("count") or 5),
+                              interval=float(args.get("interval") or 1.0), timeout=float(args.get("timeout") or 1.0))
+        ttl = int(args.get("ttl") or 50)
+        record_route = bool(args.get("record_route"))
+
+        def probe(seqno):
+            self.service.ping(dst, seqno=seqno, uid=session.uid, ttl=ttl, record_route=record_route)
+
+        def event(reply):
+            return {"type": reply.kind, "seqno": reply.seqno, "ttl": reply.ttl,
+                    "rtt_ms": None if reply.rtt is None else round(reply.rtt * 1000, 3),
+                    "from": str(reply.orig) if reply.orig else None, "rr": [str(m) for m in reply.rr]}
+
+        await self._run_session(session, writer, probe, event)
+        return session.summary()
+
+    async def cmd_traceroute(self, args, writer):
+        dst = _mac(args.get("dst"))
+        session = TracerouteSession(dst=dst, uid=self.service.new_uid(), timeout=float(args.get("timeout") or 1.0))
+        hop_of = {}
+
+        def probe(item):
+            seqno, ttl = item
+            hop_of[seqno] = ttl
+            self.service.ping(dst, seqno=seqno, uid=session.uid, ttl=ttl, record_route=False)
+
+        def event(reply):
+            return {"type": "probe", "hop": hop_of.get(reply.seqno), "kind": reply.kind,
+                    "from": str(reply.orig) if reply.orig else None,
+                    "rtt_ms": None if reply.rtt is None else round(reply.rtt * 1000, 3)}
+
+        await self._run_session(session, writer, probe, event)
+        reached = any(r.kind == "reply" for hop in session.hops for r in hop)
+        return {"hops": len(session.hops), "reached": reached}

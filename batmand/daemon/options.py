@@ -1,0 +1,118 @@
+"""Daemon options: command line, TOML file per mesh interface, kernel defaults.
+
+Every key of the TOML file can also be given on the command line (`--set key=value`);
+the command line wins. Mesh settings are the fields of batmand.core.config.MeshConfig."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+
+from batmand.core.config import MeshConfig
+
+from .protocol import default_socket_path
+
+DAEMON_KEYS = {"interfaces", "workers", "control_socket", "meshif", "mac"}
+
+
+@dataclass
+class Options:
+    meshif: str = "bat0"
+    interfaces: list[str] = field(default_factory=list)
+    control_socket: str | None = None
+    workers: int = 0
+    mac: str | None = None  # soft interface MAC; random locally administered when unset
+    mesh: MeshConfig = field(default_factory=MeshConfig)
+
+    @property
+    def socket_path(self) -> str:
+        return self.control_socket or default_socket_path(self.meshif)
+
+
+class OptionsError(ValueError):
+    pass
+
+
+def _convert(name: str, raw, current):
+    """Coerce a TOML or command-line value to the type of the default."""
+    if isinstance(current, bool):
+        if isinstance(raw, bool):
+            return raw
+        if str(raw).lower() in ("1", "true", "yes", "on", "enabled"):
+            return True
+        if str(raw).lower() in ("0", "false", "no", "off", "disabled"):
+            return False
+        raise OptionsError(f"{name}: expected a boolean, got {raw!r}")
+    if isinstance(current, int):
+        try:
+            return int(raw)
+        except (TypeError, ValueError):
+            raise OptionsError(f"{name}: expected an integer, got {raw!r}") from None
+    if isinstance(current, list):
+        return list(raw) if isinstance(raw, list) else [x for x in str(raw).split(",") if x]
+    return raw if raw is None else str(raw)
+
+
+def _apply(options: Options, values: dict, source: str) -> None:
+    mesh_fields = {f.name: f for f in dataclasses.fields(MeshConfig)}
+    for key, raw in values.items():
+        if key in DAEMON_KEYS:
+            current = getattr(options, key)
+            value = _convert(key, raw, current if current is not None else "")
+            setattr(options, key, value)
+        elif key in mesh_fields:
+            setattr(options.mesh, key, _convert(key, raw, getattr(options.mesh, key)))
+        else:
+            raise OptionsError(f"{source}: unknown setting {key!r}")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="batmand", description="batman-adv (compat 15) mesh daemon")
+    p.add_argument("-m", "--meshif", help="mesh (soft) interface to create (default bat0)")
+    p.add_argument("-i", "--interface", action="append", default=[], metavar="IFACE",
+                   help="hard interface to attach (repeatable; the first is the primary)")
+    p.add_argument("--config", metavar="FILE", help="TOML file (default /etc/batmand/<meshif>.toml if present)")
+    p.add_argument("--control-socket", metavar="PATH", help="control socket (default /run/batmand/<meshif>.sock)")
+    p.add_argument("--workers", type=int, help="data-plane workers (0 = inline)")
+    p.add_argument("--routing-algo", choices=["BATMAN_IV"], help="routing algorithm")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any configuration key")
+    return p
+
+
+def load(argv: list[str] | None = None) -> Options:
+    args = parser().parse_args(argv)
+    options = Options()
+    meshif = args.meshif or "bat0"
+    path = args.config or f"/etc/batmand/{meshif}.toml"
+    if args.config or os.path.exists(path):
+        try:
+            with open(path, "rb") as f:
+                values = tomllib.load(f)
+        except OSError as exc:
+            raise OptionsError(f"cannot read {path}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise OptionsError(f"{path}: {exc}") from None
+        _apply(options, values, path)
+    cli: dict = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise OptionsError(f"--set needs KEY=VALUE, got {item!r}")
+        cli[key.strip()] = value.strip()
+    if args.meshif:
+        cli["meshif"] = args.meshif
+    if args.interface:
+        cli["interfaces"] = args.interface
+    if args.control_socket:
+        cli["control_socket"] = args.control_socket
+    if args.workers is not None:
+        cli["workers"] = args.workers
+    if args.routing_algo:
+        cli["routing_algo"] = args.routing_algo
+    _apply(options, cli, "command line")
+    if options.workers != 0:
+        raise OptionsError("only --workers 0 (inline data path) is available in this version")
+    return options

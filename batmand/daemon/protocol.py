@@ -1,0 +1,58 @@
+"""The control protocol between batmand and batmanctl.
+
+Transport: a SOCK_STREAM unix socket, by default /run/batmand/<meshif>.sock (mode 0600).
+Messages are JSON objects, one per line (UTF-8, "\\n" terminated).
+
+Request:   {"cmd": NAME, "args": {...}}
+Response:  {"ok": true, "result": ...}  or  {"ok": false, "error": "message"}
+Streaming commands (ping, traceroute) first send any number of {"event": {...}} lines,
+then the final {"ok": ...} line.
+
+Commands and results (keys follow batctl's netlink/JSON attribute names):
+- mesh_info -> {"version", "algo", "meshif", "meshif_mac", "primary_if", "primary_mac", "ttvn"}
+- interfaces -> [{"hard_ifname", "hard_ifindex", "active", "mac", "mtu"}]
+- originators -> [{"orig_address", "neigh_address", "hard_ifname", "hard_ifindex",
+  "last_seen_msecs", "tq", "best"}]  (one row per originator x neighbour)
+- neighbors -> [{"neigh_address", "hard_ifname", "hard_ifindex", "last_seen_msecs"}]
+- transtable_local -> [{"tt_address", "tt_vid", "tt_flags", "last_seen_msecs", "tt_crc32"}]
+- transtable_global -> [{"tt_address", "tt_vid", "tt_flags", "tt_last_ttvn", "orig_address",
+  "tt_ttvn", "tt_crc32", "best"}]
+  tt_vid: -1 for untagged, else the 12-bit VLAN id; tt_flags: the kernel's client flag bits
+  (batmand.wire.TtClientFlags: 0x01 DEL, 0x02 ROAM, 0x10 WIFI, 0x20 ISOLA, 0x100 NOPURGE,
+  0x200 NEW, 0x400 PENDING, 0x800 TEMP)
+- statistics -> {"tx": n, ..., "drop_<reason>": n}  (batctl s names first)
+- routing_algos -> {"active": {meshif: algo}, "selected": algo, "available": [algo, ...]}
+- get {"setting"} -> value;  set {"setting", "value"} -> value
+  settings: orig_interval (ms), hop_penalty (0..255), aggregation (0/1), ap_isolation (0/1),
+  loglevel (batctl level names)
+- translate {"target": MAC} -> {"orig_address": MAC} (an originator itself, or the best
+  originator announcing that client MAC)
+- if_add {"ifname"} / if_del {"ifname"} -> interfaces
+- ping {"dst": MAC, "count", "interval", "timeout", "ttl", "record_route"}
+  events: {"type": "reply"|"timeout"|"unreachable"|"ttl_exceeded", "seqno", "ttl", "rtt_ms", "from", "rr": [MAC]}
+  result: {"transmitted", "received", "loss_percent", "min", "avg", "max", "mdev"}
+- traceroute {"dst": MAC, "timeout"}
+  events: {"type": "probe", "hop": n, "from": MAC|null, "rtt_ms": float|null, "kind"}
+  result: {"hops": n, "reached": bool}
+"""
+
+from __future__ import annotations
+
+import json
+
+ENCODING = "utf-8"
+
+
+def encode(message: dict) -> bytes:
+    return json.dumps(message, separators=(",", ":")).encode(ENCODING) + b"\n"
+
+
+def decode(line: bytes) -> dict:
+    message = json.loads(line.decode(ENCODING))
+    if not isinstance(message, dict):
+        raise ValueError("a control message is a JSON object")
+    return message
+
+
+def default_socket_path(meshif: str) -> str:
+    return f"/run/batmand/{meshif}.sock"

@@ -1,0 +1,255 @@
+"""The running daemon: the protocol core driven by asyncio (uvloop) I/O.
+
+Sockets and the TAP are read in reader callbacks, drained in bounded batches; every frame
+first meets the inline data path, and what it does not take goes to the core. The core's
+actions come back here: transmit, deliver to the TAP, forwarding-table updates (to the
+data path), ICMP results (to the control socket's ping sessions)."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import random
+import signal
+
+from batmand.core.events import Deliver, ForwardingUpdate, IcmpResult, Transmit
+from batmand.core.mesh import Mesh
+from batmand.wire import Mac
+
+from .control import ControlServer
+from .datapath import InlineDataPath
+from .links import link_info, set_up
+from .options import Options
+from .packet_socket import PacketSocket
+from .softif import SoftInterface
+
+log = logging.getLogger("batmand")
+
+BATCH = 64  # frames per reader wake-up before yielding to the loop
+MAX_HEADER = 32  # the largest batman-adv header we put in front of a 1500-byte frame
+
+
+class AlreadyRunning(RuntimeError):
+    pass
+
+
+class Service:
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.mesh: Mesh | None = None
+        self.softif: SoftInterface | None = None
+        self.sockets: dict[str, PacketSocket] = {}
+        self.ifindex: dict[str, int] = {}
+        self.datapath = InlineDataPath(self._send, self._deliver)
+        self.control = ControlServer(self, options.socket_path)
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = float("inf")
+        self._icmp: dict[int, tuple[object, asyncio.Event]] = {}
+        self._uid = random.randrange(256)
+        self._stopped: asyncio.Event | None = None
+        self._lock_fd: int | None = None
+
+    def now(self) -> float:
+        return self.loop.time()
+
+    # --- life cycle -------------------------------------------------------------------------------
+
+    def _take_lock(self) -> None:
+        """One daemon per mesh interface: an flock next to the control socket."""
+        path = self.options.socket_path + ".lock"
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise AlreadyRunning(f"another batmand already runs {self.options.meshif} ({path} is locked)") from None
+        self._lock_fd = fd
+
+    async def run(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._stopped = asyncio.Event()
+        self._take_lock()
+        opts = self.options
+        mac = Mac(opts.mac) if opts.mac else None
+        self.softif = SoftInterface(opts.meshif, mac, opts.mesh.mtu)
+        self.mesh = Mesh(opts.mesh, soft_mac=Mac(self.softif.mac), now=self.now())
+        try:
+            for ifname in opts.interfaces:
+                self.add_interface(ifname)
+            self.softif.up()
+            self.loop.add_reader(self.softif.fd, self._on_tap)
+            await self.control.start()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self.loop.add_signal_handler(sig, self._stopped.set)
+            log.info("%s up: MAC %s, interfaces %s, control socket %s", opts.meshif, self.mesh.soft_mac,
+                     ", ".join(opts.interfaces) or "none", opts.socket_path)
+            self._reschedule()
+            await self._stopped.wait()
+        finally:
+            await self.shutdown()
+
+    def stop(self) -> None:
+        if self._stopped is not None:
+            self._stopped.set()
+
+    async def shutdown(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        for name in list(self.sockets):
+            self._close_socket(name)
+        if self.softif is not None:
+            self.loop.remove_reader(self.softif.fd)
+            self.softif.close()
+            self.softif = None
+        await self.control.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        log.info("%s down", self.options.meshif)
+
+    # --- hard interfaces ----------------------------------------------------------------------------
+
+    def add_interface(self, ifname: str) -> None:
+        if ifname in self.sockets:
+            raise ValueError(f"{ifname} is already part of {self.options.meshif}")
+        info = link_info(ifname)
+        if info is None:
+            raise ValueError(f"no such interface: {ifname}")
+        required = self.options.mesh.mtu + MAX_HEADER
+        if info.mtu < required:
+            if self.options.mesh.fragmentation:
+                log.warning("The MTU of interface %s is too small (%d) to handle the transport of batman-adv "
+                            "packets. Packets going over this interface will be fragmented on layer2 which could "
+                            "impact the performance. Setting the MTU to %d would solve the problem.",
+                            ifname, info.mtu, required)
+            else:
+                log.warning("The MTU of interface %s is too small (%d) to handle the transport of batman-adv "
+                            "packets. If you experience problems getting traffic through try increasing the MTU "
+                            "to %d.", ifname, info.mtu, required)
+        if not info.up:
+            set_up(ifname)
+        sock = PacketSocket(ifname)
+        self.sockets[ifname] = sock
+        self.ifindex[ifname] = info.index
+        self.loop.add_reader(sock.fileno(), self._on_hardif, ifname)
+        self._apply(self.mesh.add_interface(self.now(), ifname, Mac(info.mac), info.mtu))
+        self._update_datapath_ifaces()
+        log.info("interface %s added (MAC %s, MTU %d)%s", ifname, Mac(info.mac), info.mtu,
+                 " as primary" if self.mesh.primary and self.mesh.primary.name == ifname else "")
+
+    def remove_interface(self, ifname: str) -> None:
+        if ifname not in self.sockets:
+            raise ValueError(f"{ifname} is not part of {self.options.meshif}")
+        was_primary = self.mesh.primary is not None and self.mesh.primary.name == ifname
+        self._apply(self.mesh.remove_interface(self.now(), ifname))
+        self._close_socket(ifname)
+        self._update_datapath_ifaces()
+        log.info("interface %s removed%s", ifname,
+                 f"; primary is now {self.mesh.primary.name}" if was_primary and self.mesh.primary else "")
+
+    def _close_socket(self, ifname: str) -> None:
+        sock = self.sockets.pop(ifname, None)
+        if sock is not None:
+            self.loop.remove_reader(sock.fileno())
+            sock.close()
+        self.ifindex.pop(ifname, None)
+
+    def _update_datapath_ifaces(self) -> None:
+        ifaces = {i.name: (bytes(i.mac), i.mtu) for i in self.mesh.active_ifaces()}
+        primary = bytes(self.mesh.primary.mac) if self.mesh.primary else None
+        self.datapath.set_interfaces(ifaces, primary)
+        self.datapath.wifi = any(i.wifi for i in self.mesh.active_ifaces())
+
+    # --- frames in ------------------------------------------------------------------------------------
+
+    def _on_tap(self) -> None:
+        now = self.now()
+        for _ in range(BATCH):
+            frame = self.softif.read()
+            if frame is None:
+                break
+            if not self.datapath.from_host(now, frame):
+                self._apply(self.mesh.soft_iface_frame(now, frame))
+
+    def _on_hardif(self, ifname: str) -> None:
+        sock = self.sockets.get(ifname)
+        if sock is None:
+            return
+        now = self.now()
+        for _ in range(BATCH):
+            frame = sock.recv()
+            if frame is None:
+                break
+            if not self.datapath.from_mesh(ifname, frame):
+                self._apply(self.mesh.receive(now, ifname, frame))
+
+    # --- actions out -----------------------------------------------------------------------------------
+
+    def _send(self, ifname: str, frame) -> bool:
+        sock = self.sockets.get(ifname)
+        return sock.send(frame) if sock is not None else False
+
+    def _deliver(self, frame) -> None:
+        if self.softif is not None:
+            self.softif.write(frame)
+
+    def _apply(self, actions: list) -> None:
+        for action in actions:
+            if isinstance(action, Transmit):
+                if not self._send(action.iface, action.frame):
+                    self.mesh.counters.drop("send_failed")
+            elif isinstance(action, Deliver):
+                self._deliver(action.frame)
+            elif isinstance(action, ForwardingUpdate):
+                self.datapath.apply(action)
+            elif isinstance(action, IcmpResult):
+                entry = self._icmp.get(action.uid)
+                if entry is not None:
+                    session, wake = entry
+                    if session.on_result(action) is not None:
+                        wake.set()
+        self._reschedule()
+
+    # --- timers -------------------------------------------------------------------------------------------
+
+    def _reschedule(self) -> None:
+        deadline = self.mesh.next_deadline()
+        if deadline >= self._timer_at and self._timer is not None:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = deadline
+        self._timer = self.loop.call_at(deadline, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = float("inf")
+        now = self.now()
+        seen = self.datapath.take_seen()
+        if seen:
+            self.mesh.tt.refresh_local(seen)
+        self._apply(self.mesh.tick(now))
+
+    # --- ping / traceroute support for the control socket ------------------------------------------------
+
+    def new_uid(self) -> int:
+        for _ in range(256):
+            self._uid = (self._uid + 1) % 256
+            if self._uid not in self._icmp:
+                return self._uid
+        raise ValueError("too many ping sessions")
+
+    def register_icmp(self, uid: int, session) -> asyncio.Event:
+        wake = asyncio.Event()
+        self._icmp[uid] = (session, wake)
+        return wake
+
+    def unregister_icmp(self, uid: int) -> None:
+        self._icmp.pop(uid, None)
+
+    def ping(self, dst: Mac, *, seqno: int, uid: int, ttl: int, record_route: bool) -> None:
+        self._apply(self.mesh.ping(self.now(), dst, seqno=seqno, uid=uid, ttl=ttl, record_route=record_route))

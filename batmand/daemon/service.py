@@ -13,6 +13,7 @@ import logging
 import os
 import random
 import signal
+import time
 
 from batmand.core.events import Deliver, ForwardingUpdate, IcmpResult, Transmit
 from batmand.core.mesh import Mesh
@@ -52,8 +53,10 @@ class Service:
         self._stopped: asyncio.Event | None = None
         self._lock_fd: int | None = None
 
-    def now(self) -> float:
-        return self.loop.time()
+    @staticmethod
+    def now() -> float:
+        # time.monotonic, not loop.time(): uvloop's clock has millisecond steps (ping RTTs)
+        return time.monotonic()
 
     # --- life cycle -------------------------------------------------------------------------------
 
@@ -223,7 +226,7 @@ class Service:
         if self._timer is not None:
             self._timer.cancel()
         self._timer_at = deadline
-        self._timer = self.loop.call_at(deadline, self._on_timer)
+        self._timer = self.loop.call_later(max(0.0, deadline - self.now()), self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None

@@ -1,0 +1,474 @@
+"""The batmanctl commands that talk to the daemon, with batctl's names, options and output.
+
+Debug tables: interface|if, originators|o, neighbors|n, translocal|tl, transglobal|tg,
+statistics|s, routing_algo|ra (all with -w [interval], -H, --json, -n).
+Settings: orig_interval|it, hop_penalty|hp, aggregation|ag, ap_isolation|ap, loglevel|ll.
+Tools: ping|p, traceroute|tr, translate|t."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from . import tables
+from .client import Client, ControlError, DaemonError, socket_path
+from .hosts import is_valid_unicast, load_bat_hosts, resolve_destination
+
+CLEAR_SCREEN = "\033[2J\033[0;0f"  # batctl's watch mode: clear, cursor to 0,0
+PING_COUNT_FOREVER = 2**31 - 1  # batctl's largest -c; no -c pings until Ctrl-C
+PING_TTL = 50
+TRACEROUTE_TIMEOUT = 2  # seconds per probe, as batctl traceroute
+
+sleep = time.sleep  # the watch loop's pause (tests replace it)
+
+
+class UsageError(ControlError):
+    """Bad arguments: batctl's "Error - ..." cases; exit status 1."""
+
+
+# ---------------------------------------------------------------------------------------
+# plumbing
+
+
+def client_for(args) -> Client:
+    return Client(socket_path(args.meshif, getattr(args, "socket", None)), args.meshif)
+
+
+def emit(lines) -> None:
+    if lines:
+        sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.flush()
+
+
+def dumps(value) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _names(args) -> dict[str, str]:
+    return {} if getattr(args, "no_names", False) else load_bat_hosts()
+
+
+def _nonnegative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a positive number: {text!r}") from None
+    if value != value or value < 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"not a positive number: {text!r}")
+    return value
+
+
+def _add_table_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-w", dest="watch", nargs="?", type=_nonnegative_float, const=1.0, default=None,
+                   metavar="INTERVAL", help="watch: clear the screen and refresh every INTERVAL seconds (default 1)")
+    p.add_argument("-H", dest="no_header", action="store_true", help="don't show the header")
+    p.add_argument("-n", dest="no_names", action="store_true", help="don't replace MAC addresses with bat-hosts names")
+    p.add_argument("--json", action="store_true", help="print the daemon's rows as JSON")
+
+
+def _watch(args, render: Callable[[], tuple[list[str], int]]) -> int:
+    """Print once, or in watch mode clear and reprint every interval until Ctrl-C."""
+    if args.watch is None:
+        lines, status = render()
+        emit(lines)
+        return status
+    try:
+        while True:
+            lines, _ = render()
+            sys.stdout.write(CLEAR_SCREEN)
+            emit(lines)
+            sleep(args.watch)
+    except KeyboardInterrupt:
+        return 0
+
+
+# ---------------------------------------------------------------------------------------
+# debug tables with the info header: o, n, tl, tg
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    abbr: str
+    cmd: str  # the daemon's command
+    help: str
+    line: Callable
+    column_header: Callable[[str], str]  # algo -> header line
+    needs_algo: bool = False  # o and n pick their format by the routing algorithm
+    ttvn: bool = False  # tl appends ", TTVN: n"
+    tt_filters: bool = False  # -u / -m
+    max_age: bool = False  # -t
+
+
+TABLES = (
+    Table("originators", "o", "originators", "originator table", tables.originator_line, tables.originators_header,
+          needs_algo=True, max_age=True),
+    Table("neighbors", "n", "neighbors", "one-hop neighbours", tables.neighbor_line, tables.neighbors_header,
+          needs_algo=True),
+    Table("translocal", "tl", "transtable_local", "local translation table", tables.translocal_line,
+          lambda algo: tables.TRANSLOCAL_HEADER, ttvn=True, tt_filters=True),
+    Table("transglobal", "tg", "transtable_global", "global translation table", tables.transglobal_line,
+          lambda algo: tables.TRANSGLOBAL_HEADER, tt_filters=True),
+)
+
+
+def render_table(table: Table, client: Client, args, names) -> tuple[list[str], int]:
+    if args.json:
+        return [dumps(_filter_rows(table, client.request(table.cmd), args))], 0
+    info = None
+    if not args.no_header or table.needs_algo:
+        info = client.request("mesh_info") or {}
+        if tables.is_disabled(info):
+            # batctl: the info line says so and the kernel refuses the dump
+            return ([] if args.no_header else [tables.info_line(info, args.meshif)]), 1
+    rows = _filter_rows(table, client.request(table.cmd), args)
+    lines = []
+    if not args.no_header:
+        extra = tables.translocal_extra(info) if table.ttvn else ""
+        lines += tables.header_lines(info, table.column_header(info.get("algo", "")), args.meshif, extra)
+    lines += [table.line(row, names) for row in rows]
+    return lines, 0
+
+
+def _filter_rows(table: Table, rows, args) -> list:
+    rows = list(rows or [])
+    if table.tt_filters and (args.unicast_only or args.multicast_only):
+        rows = tables.tt_filter(rows, args.unicast_only, args.multicast_only)
+    if table.max_age and args.max_age is not None:
+        rows = [r for r in rows if int(r.get("last_seen_msecs") or 0) / 1000.0 <= args.max_age]
+    return rows
+
+
+def run_table(args) -> int:
+    table: Table = args.table
+    if table.tt_filters and args.unicast_only and args.multicast_only:
+        raise UsageError("'-u' and '-m' are exclusive options")
+    client = client_for(args)
+    names = {} if args.json else _names(args)
+    return _watch(args, lambda: render_table(table, client, args, names))
+
+
+# ---------------------------------------------------------------------------------------
+# if, s, ra
+
+
+def render_interfaces(client: Client, args) -> tuple[list[str], int]:
+    rows = client.request("interfaces") or []
+    if args.json:
+        return [dumps(rows)], 0
+    return tables.interfaces_lines(rows), 0
+
+
+def run_interface(args) -> int:
+    client = client_for(args)
+    words = list(args.words)
+    if not words:
+        return _watch(args, lambda: render_interfaces(client, args))
+    action, ifnames = words[0], words[1:]
+    if action in ("add", "a", "del", "d"):
+        if not ifnames:
+            raise UsageError("interface add/del needs one or more interfaces")
+        cmd = "if_add" if action.startswith("a") else "if_del"
+        result = None
+        for ifname in ifnames:
+            result = client.request(cmd, {"ifname": ifname})
+        if args.json:
+            emit([dumps(result)])
+        return 0
+    if action in ("create", "c", "destroy", "D"):
+        raise UsageError(f"interface {action}: batmand creates {args.meshif} when it starts "
+                         f"(batmand -m {args.meshif} -i IFACE)")
+    raise UsageError(f"unknown argument specified: {action}")
+
+
+def run_statistics(args) -> int:
+    client = client_for(args)
+
+    def render():
+        stats = client.request("statistics") or {}
+        return ([dumps(stats)] if args.json else tables.statistics_lines(stats)), 0
+
+    return _watch(args, render)
+
+
+def run_routing_algo(args) -> int:
+    if args.algo:
+        raise UsageError("the routing algorithm is chosen when batmand starts (batmand --routing-algo NAME)")
+    client = client_for(args)
+
+    def render():
+        ra = client.request("routing_algos") or {}
+        return ([dumps(ra)] if args.json else tables.routing_algos_lines(ra)), 0
+
+    return _watch(args, render)
+
+
+# ---------------------------------------------------------------------------------------
+# settings
+
+
+def _c_ulong(text: str) -> int:
+    """strtoul(text, &end, 0) accepting the whole string: 0x.. hex, 0.. octal, decimal."""
+    t = text.strip()
+    try:
+        if t.lower().startswith("0x"):
+            value = int(t[2:], 16)
+        elif len(t) > 1 and t.startswith("0"):
+            value = int(t[1:], 8)
+        else:
+            value = int(t, 10)
+    except ValueError:
+        raise UsageError(f"the supplied argument is invalid: {text}") from None
+    if value < 0:
+        raise UsageError(f"the supplied argument is invalid: {text}")
+    return value
+
+
+def _parse_uint(limit: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = _c_ulong(text)
+        if value > limit:
+            raise UsageError(f"the supplied argument is invalid: {text}")
+        return value
+    return parse
+
+
+def _parse_bool(text: str) -> int:
+    word = text.strip().lower()
+    if word in ("0", "disable", "disabled"):
+        return 0
+    if word in ("1", "enable", "enabled"):
+        return 1
+    raise UsageError(f"the supplied argument is invalid: {text} "
+                     "(allowed: 0, disable, disabled, 1, enable, enabled)")
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    abbr: str
+    help: str
+    parse: Callable[[str], int]
+    boolean: bool = False
+
+
+SETTINGS = (
+    Setting("orig_interval", "it", "OGM interval in ms (default 1000)", _parse_uint(2**32 - 1)),
+    Setting("hop_penalty", "hp", "hop penalty 0..255 (default 30)", _parse_uint(255)),
+    Setting("aggregation", "ag", "OGM aggregation 0|1", _parse_bool, boolean=True),
+    Setting("ap_isolation", "ap", "AP isolation 0|1", _parse_bool, boolean=True),
+)
+
+
+def run_setting(args) -> int:
+    setting: Setting = args.setting
+    if len(args.values) > 1:
+        raise UsageError("incorrect number of arguments (expected 1)")
+    client = client_for(args)
+    if not args.values:
+        value = client.request("get", {"setting": setting.name})
+        emit([dumps(value) if args.json else tables.setting_line(value, setting.boolean)])
+        return 0
+    client.request("set", {"setting": setting.name, "value": setting.parse(args.values[0])})
+    return 0
+
+
+def loglevel_value(words: list[str]) -> str:
+    """batctl's level words as the daemon's value: "none", "all" or names in batctl order."""
+    chosen = set()
+    for word in words:
+        if word == "none":
+            return "none"
+        if word == "all":
+            return "all"
+        if word not in tables.LOG_LEVELS:
+            raise UsageError(f"unknown log level: {word} (levels: none all {' '.join(tables.LOG_LEVELS)})")
+        chosen.add(word)
+    return " ".join(name for name in tables.LOG_LEVELS if name in chosen)
+
+
+def run_loglevel(args) -> int:
+    client = client_for(args)
+    if not args.levels:
+        value = client.request("get", {"setting": "loglevel"})
+        emit([dumps(value)] if args.json else tables.loglevel_lines(value))
+        return 0
+    client.request("set", {"setting": "loglevel", "value": loglevel_value(args.levels)})
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+# translate, ping, traceroute
+
+
+def resolve(client: Client, dest: str, names, translate: bool = True, strict: bool = False) -> str:
+    """DEST (bat-hosts name, MAC, IP or host name) -> MAC -> originator (batctl's
+    translate_mac: unknown clients and daemon refusals keep the MAC, unless strict)."""
+    mac = resolve_destination(dest, names)
+    if mac is None:
+        raise UsageError("mac address of the ping destination could not be resolved "
+                         f"and is not a bat-host name: {dest}")
+    if not translate or not is_valid_unicast(mac):
+        return mac
+    try:
+        result = client.request("translate", {"target": mac})
+    except DaemonError:
+        if strict:
+            raise
+        return mac
+    orig = result.get("orig_address") if isinstance(result, dict) else result
+    return tables.norm_mac(orig) if orig else mac
+
+
+def run_translate(args) -> int:
+    client = client_for(args)
+    orig = resolve(client, args.dest, load_bat_hosts(), strict=True)
+    emit([dumps({"orig_address": orig}) if args.json else orig])
+    return 0
+
+
+def run_ping(args) -> int:
+    client = client_for(args)
+    names = load_bat_hosts()
+    mac = resolve(client, args.dest, names, translate=not args.no_translate)
+    printer = tables.PingPrinter(args.dest, mac, args.record_route, names)
+    request = {"dst": mac, "count": args.count or PING_COUNT_FOREVER,
+               "interval": args.interval if args.interval is not None else args.timeout,
+               "timeout": args.timeout, "ttl": PING_TTL, "record_route": args.record_route}
+    stream = client.stream("ping", request)
+    emit([tables.ping_header(args.dest, mac, args.record_route)])
+    summary = None
+    try:
+        for event in stream:
+            emit(printer.event_lines(event))
+        summary = stream.result if isinstance(stream.result, dict) else None
+    except KeyboardInterrupt:
+        stream.close()
+    if summary and summary.get("transmitted") is not None:
+        transmitted, received = int(summary["transmitted"]), int(summary.get("received") or 0)
+    else:
+        transmitted, received = printer.events, len(printer.rtts)
+    emit(tables.ping_statistics_lines(args.dest, transmitted, received, printer.rtts, summary))
+    return 0 if received else 1
+
+
+def run_traceroute(args) -> int:
+    client = client_for(args)
+    names = {} if args.no_names else load_bat_hosts()
+    mac = resolve(client, args.dest, names, translate=not args.no_translate)
+    stream = client.stream("traceroute", {"dst": mac, "timeout": TRACEROUTE_TIMEOUT})
+    emit([tables.traceroute_header(args.dest, mac)])
+    hop, probes = None, []
+
+    def flush():
+        if hop is not None and probes:
+            emit([tables.traceroute_hop_line(hop, probes, names)])
+
+    try:
+        for event in stream:
+            if event.get("type", "probe") != "probe":
+                continue
+            if event.get("kind") == "unreachable":
+                stream.close()
+                emit(["%s: Destination Host Unreachable" % args.dest])
+                return 1
+            if event.get("hop") != hop:
+                flush()
+                hop, probes = event.get("hop"), []
+            probes.append(event)
+            if len(probes) >= tables.TRACEROUTE_PROBES:
+                flush()
+                hop, probes = None, []
+        flush()
+    except KeyboardInterrupt:
+        stream.close()
+        return 130
+    result = stream.result if isinstance(stream.result, dict) else {}
+    return 0 if result.get("reached") else 1
+
+
+# ---------------------------------------------------------------------------------------
+# argparse
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value: {text}") from None
+    if value < 1 or value > 2**31 - 1:
+        raise argparse.ArgumentTypeError(f"invalid value: {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = _nonnegative_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"invalid ping interval '{text}'")
+    return min(max(value, 0.001), 1e9)
+
+
+def add_parsers(subparsers) -> None:
+    for table in TABLES:
+        p = subparsers.add_parser(table.name, aliases=[table.abbr], help=table.help)
+        _add_table_options(p)
+        if table.max_age:
+            p.add_argument("-t", dest="max_age", type=_nonnegative_float, metavar="SECS",
+                           help="don't print originators not seen for SECS seconds")
+        if table.tt_filters:
+            p.add_argument("-u", dest="unicast_only", action="store_true", help="unicast MAC addresses only")
+            p.add_argument("-m", dest="multicast_only", action="store_true", help="multicast MAC addresses only")
+        p.set_defaults(func=run_table, table=table)
+
+    p = subparsers.add_parser("interface", aliases=["if"], help="list hard interfaces; add/del IFACE...")
+    _add_table_options(p)
+    p.add_argument("-M", action="store_true", help="accepted for batctl compatibility")
+    p.add_argument("words", nargs="*", metavar="add|del IFACE", help="add or del followed by interfaces")
+    p.set_defaults(func=run_interface)
+
+    p = subparsers.add_parser("statistics", aliases=["s"], help="traffic and drop counters")
+    _add_table_options(p)
+    p.set_defaults(func=run_statistics)
+
+    p = subparsers.add_parser("routing_algo", aliases=["ra"], help="routing algorithms")
+    _add_table_options(p)
+    p.add_argument("algo", nargs="?", help=argparse.SUPPRESS)
+    p.set_defaults(func=run_routing_algo)
+
+    for setting in SETTINGS:
+        p = subparsers.add_parser(setting.name, aliases=[setting.abbr], help=setting.help)
+        p.add_argument("values", nargs="*", metavar="VALUE", help="new value (none: print the current one)")
+        p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+        p.set_defaults(func=run_setting, setting=setting)
+
+    p = subparsers.add_parser("loglevel", aliases=["ll"], help="debug log level")
+    p.add_argument("levels", nargs="*", metavar="LEVEL",
+                   help="none all batman routes tt bla dat mcast tp (none: print the current levels)")
+    p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    p.set_defaults(func=run_loglevel)
+
+    p = subparsers.add_parser("ping", aliases=["p"], help="ping another batman-adv node via layer 2")
+    p.add_argument("-c", dest="count", type=_positive_int, help="ping packet count (default: until Ctrl-C)")
+    p.add_argument("-i", dest="interval", type=_positive_float, help="interval in seconds")
+    p.add_argument("-t", dest="timeout", type=_positive_int, default=1, help="timeout in seconds (default 1)")
+    p.add_argument("-R", dest="record_route", action="store_true", help="record route")
+    p.add_argument("-T", dest="no_translate", action="store_true",
+                   help="don't try to translate the MAC to its originator")
+    p.add_argument("dest", metavar="mac|bat-host|host_name|IP_address")
+    p.set_defaults(func=run_ping)
+
+    p = subparsers.add_parser("traceroute", aliases=["tr"], help="traceroute another batman-adv node via layer 2")
+    p.add_argument("-n", dest="no_names", action="store_true", help="don't convert addresses to bat-host names")
+    p.add_argument("-T", dest="no_translate", action="store_true",
+                   help="don't try to translate the MAC to its originator")
+    p.add_argument("dest", metavar="mac|bat-host|host_name|IP_address")
+    p.set_defaults(func=run_traceroute)
+
+    p = subparsers.add_parser("translate", aliases=["t"], help="the originator responsible for a destination")
+    p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("dest", metavar="mac|bat-host|host_name|IP_address")
+    p.set_defaults(func=run_translate)

@@ -305,9 +305,10 @@ def run_loglevel(args) -> int:
 # translate, ping, traceroute
 
 
-def resolve(client: Client, dest: str, names, translate: bool = True, strict: bool = False) -> str:
-    """DEST (bat-hosts name, MAC, IP or host name) -> MAC -> originator (batctl's
-    translate_mac: unknown clients and daemon refusals keep the MAC, unless strict)."""
+def resolve(client: Client, dest: str, names, translate: bool = True) -> str:
+    """DEST (bat-hosts name, MAC, IP or host name) -> MAC -> originator. As batctl's
+    translate_mac, a MAC the daemon knows no originator for (it answers an error) stays
+    as it is; only a missing daemon is an error."""
     mac = resolve_destination(dest, names)
     if mac is None:
         raise UsageError("mac address of the ping destination could not be resolved "
@@ -317,8 +318,6 @@ def resolve(client: Client, dest: str, names, translate: bool = True, strict: bo
     try:
         result = client.request("translate", {"target": mac})
     except DaemonError:
-        if strict:
-            raise
         return mac
     orig = result.get("orig_address") if isinstance(result, dict) else result
     return tables.norm_mac(orig) if orig else mac
@@ -326,7 +325,7 @@ def resolve(client: Client, dest: str, names, translate: bool = True, strict: bo
 
 def run_translate(args) -> int:
     client = client_for(args)
-    orig = resolve(client, args.dest, load_bat_hosts(), strict=True)
+    orig = resolve(client, args.dest, load_bat_hosts())
     emit([dumps({"orig_address": orig}) if args.json else orig])
     return 0
 

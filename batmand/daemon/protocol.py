@@ -15,8 +15,8 @@ Commands and results (keys follow batctl's netlink/JSON attribute names):
   "last_seen_msecs", "tq", "best"}]  (one row per originator x neighbour)
 - neighbors -> [{"neigh_address", "hard_ifname", "hard_ifindex", "last_seen_msecs"}]
 - transtable_local -> [{"tt_address", "tt_vid", "tt_flags", "last_seen_msecs", "tt_crc32"}]
-- transtable_global -> [{"tt_address", "tt_vid", "tt_flags", "tt_last_ttvn", "orig_address",
-  "tt_ttvn", "tt_crc32", "best"}]
+- transtable_global -> [{"tt_address", "tt_vid", "tt_flags", "tt_ttvn" (the entry's), "orig_address",
+  "tt_last_ttvn" (the originator's current ttvn), "tt_crc32", "best"}]
   tt_vid: -1 for untagged, else the 12-bit VLAN id; tt_flags: the kernel's client flag bits
   (batmand.wire.TtClientFlags: 0x01 DEL, 0x02 ROAM, 0x10 WIFI, 0x20 ISOLA, 0x100 NOPURGE,
   0x200 NEW, 0x400 PENDING, 0x800 TEMP)

@@ -19,7 +19,7 @@ def _vid(vid: int) -> int:
 
 def mesh_info(mesh: Mesh, meshif: str) -> dict:
     primary = mesh.primary
-    return {"version": f"batmand {__version__}", "algo": mesh.algo.name, "meshif": meshif,
+    return {"version": f"batmand-{__version__}", "algo": mesh.algo.name, "meshif": meshif,
             "meshif_mac": str(mesh.soft_mac), "primary_if": primary.name if primary else None,
             "primary_mac": str(primary.mac) if primary else None, "ttvn": mesh.tt.ttvn}
 
@@ -65,8 +65,10 @@ def transtable_global(mesh: Mesh) -> list[dict]:
             orig_node = mesh.originators.get(orig)
             rows.append({"tt_address": str(addr), "tt_vid": _vid(vid),
                          "tt_flags": int((entry.flags & ~0xFF) | (entry.flags & (F.ROAM | F.TEMP)) | orig_entry.flags),
-                         "tt_last_ttvn": orig_entry.ttvn, "orig_address": str(orig),
-                         "tt_ttvn": orig_node.last_ttvn if orig_node else 0,
+                         # as the kernel's netlink dump: TT_TTVN is the entry's, TT_LAST_TTVN
+                         # the originator's current version
+                         "tt_ttvn": orig_entry.ttvn, "orig_address": str(orig),
+                         "tt_last_ttvn": orig_node.last_ttvn if orig_node else 0,
                          "tt_crc32": orig_node.tt_crcs.get(vid, 0) if orig_node else 0, "best": orig == best})
     return rows
 

@@ -44,6 +44,7 @@ class MeshConfig:
     max_bcast_queue: int = 256  # BATADV_BCAST_QUEUE_LEN
     max_local_tt_entries: int = 1_600  # a full-table response must fit packet_size_max
     icmp_replies_per_second: int = 1_000
+    max_fragment_bytes: int = 2 * 1024 * 1024  # all incomplete fragment chains together
 
     @property
     def orig_interval(self) -> float:

@@ -20,6 +20,7 @@ from .broadcast import Broadcast
 from .config import MeshConfig
 from .counters import Counters
 from .events import ClientRoute, Deliver, ForwardingUpdate, OrigRoute, Transmit
+from .fragmentation import Reassembly
 from .hardif import HardInterface
 from .icmp import Icmp
 from .originator import OriginatorTable, OrigNode
@@ -49,6 +50,8 @@ class Mesh:
         self.broadcast = Broadcast(self)
         self.routing = Routing(self)
         self.icmp = Icmp(self)
+        self.reassembly = Reassembly(self.counters, self.config.max_fragment_bytes, self.config.frag_timeout_ms / 1000.0)
+        self.frag_seqno = self.rng.getrandbits(16)
         self._actions: list = []
         self._published_origs: dict[Mac, OrigRoute] = {}
         self._published_clients: dict = {}
@@ -128,15 +131,20 @@ class Mesh:
 
     def receive(self, now: float, iface_name: str, data: bytes) -> list:
         """A frame arrived on a hard interface."""
+        self.receive_frame(now, iface_name, data)
+        return self._take()
+
+    def receive_frame(self, now: float, iface_name: str, data: bytes) -> None:
+        """receive() without collecting the actions (also for reassembled packets)."""
         iface = self.iface(iface_name)
         if iface is None or not iface.active:
             self.counters.drop("inactive_interface")
-            return self._take()
+            return
         try:
             frame = decode_frame(data)
         except WireError:
             self.counters.drop("malformed")
-            return self._take()
+            return
         packet = frame.packet
         if isinstance(packet, IvOgm):
             if self._check_management(frame, iface):
@@ -151,12 +159,11 @@ class Mesh:
         elif isinstance(packet, UnicastTvlv):
             self.routing.receive_unicast_tvlv(now, iface, frame)
         elif isinstance(packet, UnicastFrag):
-            self.counters.drop("fragment_unsupported")
+            self.routing.receive_fragment(now, iface, frame, data)
         elif isinstance(packet, UnknownUnicast):
             self.routing.receive_unknown_unicast(now, iface, frame)
         else:
             self.counters.drop("unhandled_packet_type")
-        return self._take()
 
     def soft_iface_frame(self, now: float, data: bytes) -> list:
         """A frame the host sent into the soft interface (the inline data path)."""
@@ -242,8 +249,10 @@ class Mesh:
     def purge(self, now: float) -> None:
         """The originator worker (every second): time out neighbours and originators."""
         neigh_timeout = self.config.purge_timeout
+        self.reassembly.purge(now)
         for addr, orig_node in list(self.originators.nodes.items()):
             if now - orig_node.last_seen > 2 * neigh_timeout:
+                self.reassembly.forget(addr)
                 for outif in [None] + self.active_ifaces():
                     if orig_node.router(outif) is not None:
                         self.update_route(orig_node, outif, None)

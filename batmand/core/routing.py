@@ -10,6 +10,8 @@ from batmand.wire import InnerFrame, Mac, RoamTvlv, TtTvlv, Unicast, Unicast4Add
 from batmand.wire.constants import ETH_P_BATMAN, VLAN_HAS_TAG, TtClientFlags as F
 from batmand.wire.ethernet import Ethernet
 
+from .fragmentation import fragment, priority_of
+
 _STP = Mac("01:80:c2:00:00:00")
 _ECTP = Mac("cf:00:00:00:00:00")
 
@@ -26,18 +28,31 @@ class Routing:
 
     # --- sending ---------------------------------------------------------------------------------
 
-    def send_to_orig(self, now: float, packet: bytes, orig_node, recv_if) -> bool:
-        """batadv_send_skb_to_orig: to the router of `recv_if`'s table (None: our own)."""
+    def send_to_orig(self, now: float, packet: bytes, orig_node, recv_if, priority: int = 0) -> bool:
+        """batadv_send_skb_to_orig: to the router of `recv_if`'s table (None: our own),
+        fragmented when it does not fit that interface's MTU."""
         mesh = self.mesh
         router = orig_node.router(recv_if)
         if router is None:
             mesh.counters.drop("no_route")
             return False
-        if len(packet) > router.if_incoming.mtu:
-            mesh.counters.drop("too_big_for_mtu")  # fragmentation arrives with the interop issue
+        out = router.if_incoming
+        header = Ethernet(router.addr, out.mac, ETH_P_BATMAN).encode()
+        if len(packet) <= out.mtu:
+            mesh.transmit(out, header + packet)
+            return True
+        if not mesh.config.fragmentation or mesh.primary is None:
+            mesh.counters.drop("too_big_for_mtu")
             return False
-        frame = Ethernet(router.addr, router.if_incoming.mac, ETH_P_BATMAN).encode() + packet
-        mesh.transmit(router.if_incoming, frame)
+        mesh.frag_seqno = (mesh.frag_seqno + 1) & 0xFFFF
+        fragments = fragment(packet, out.mtu, seqno=mesh.frag_seqno, orig=mesh.primary.mac, dest=orig_node.orig,
+                             priority=priority)
+        if fragments is None:
+            mesh.counters.drop("too_many_fragments")
+            return False
+        for part in fragments:
+            mesh.counters.add("frag_tx", len(part) + 14)
+            mesh.transmit(out, header + part)
         return True
 
     def send_from_host(self, now: float, data: bytes) -> None:
@@ -77,7 +92,7 @@ class Routing:
         if mesh.tt.is_roaming(inner.h_dest, vid):
             ttvn = (ttvn - 1) & 0xFF  # makes the destination re-check the client's owner
         packet = Unicast(ttvn=ttvn, dest=orig_node.orig, inner=inner).encode()
-        if self.send_to_orig(now, packet, orig_node, None):
+        if self.send_to_orig(now, packet, orig_node, None, priority_of(data)):
             mesh.counters.add("tx", len(data))
         else:
             mesh.counters["tx_dropped"] += 1
@@ -166,8 +181,41 @@ class Routing:
             return
         packet.ttl -= 1
         encoded = packet.encode()
-        if self.send_to_orig(now, encoded, orig_node, iface) and count:
+        inner = getattr(packet, "inner", None)
+        priority = priority_of(inner.encode()[:18]) if inner is not None else 0
+        if self.send_to_orig(now, encoded, orig_node, iface, priority) and count:
             mesh.counters.add("forward", len(encoded) + 14)
+
+    def receive_fragment(self, now: float, iface, frame, data: bytes) -> None:
+        """batadv_recv_frag_packet: forward it whole when the packet would not fit the next
+        link anyway, else buffer it; a complete packet re-enters the receive path."""
+        mesh = self.mesh
+        if not self._check_unicast(frame):
+            return
+        frag = frame.packet
+        if mesh.originators.get(frag.orig) is None:
+            mesh.counters.drop("fragment_unknown_originator")
+            return
+        if not mesh.is_my_mac(frag.dest):
+            dest_node = mesh.originators.get(frag.dest)
+            router = dest_node.router(iface) if dest_node else None
+            if router is not None and frag.total_size > router.if_incoming.mtu:
+                if frag.ttl < 2:
+                    mesh.counters.drop("ttl_exceeded")
+                    return
+                forwarded = dataclasses.replace(frag, ttl=frag.ttl - 1).encode()
+                mesh.counters.add("frag_fwd", len(forwarded) + 14)
+                out = router.if_incoming
+                mesh.transmit(out, Ethernet(router.addr, out.mac, ETH_P_BATMAN).encode() + forwarded)
+                return
+        mesh.counters.add("frag_rx", len(data) - 14)
+        merged = mesh.reassembly.add(now, frag)
+        if merged is None:
+            return
+        if merged[:1] == b"\x41":
+            mesh.counters.drop("fragment_in_fragment")
+            return
+        mesh.receive_frame(now, iface.name, bytes(data[:14]) + merged)
 
     def receive_unknown_unicast(self, now: float, iface, frame) -> None:
         """Unicast-class types we do not know are routed on, unless they are for us."""

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(python3 python3-venv python3-dev gcc iproute2 tshark)
+APT_PACKAGES=(python3 python3-venv python3-dev gcc iproute2 tshark nftables iputils-ping iperf3)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

@@ -162,7 +162,7 @@ class Lab:
             self._apply_link(link)
         for node in topo.nodes.values():
             for ifname in node.interfaces:
-                net.add_dummy(self.ns(node.name), ifname, topo.mtu)
+                net.add_stub(self.ns(node.name), ifname, topo.mtu)
             self.run_dir.joinpath(node.name).mkdir(parents=True, exist_ok=True)
             self.config_path(node.name).write_text(dumps_toml(topo.daemon_config(node.name)))
         for node in topo.nodes:

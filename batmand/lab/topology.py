@@ -7,6 +7,7 @@ mtu = 1560                # default MTU of every link
 meshif = "bat0"           # the daemon's soft interface
 ipv4 = "10.77.0.0/24"     # mesh subnets: node k (1-based, file order) gets host k,
 ipv6 = "fd77::/64"        # client k gets host 100 + k; `id = N` on a node/client overrides
+                          # (IPv6 host N is written with N's decimal digits: fd77::101)
 
 [batmand]                 # written as each node's daemon config file (flat batmand keys)
 orig_interval_ms = 1000
@@ -14,7 +15,7 @@ orig_interval_ms = 1000
 [[node]]
 name = "n1"               # <= 13 characters: interfaces are named e-<peer> / c-<client>
 kind = "batmand"          # default; "kernel" (batman-adv module VM) is reserved
-interfaces = ["dummy0"]   # optional extra hard interfaces (dummy devices), after the links
+interfaces = ["stub0"]    # optional extra hard interfaces connected to nothing (ifb), after the links
 batmand = { hop_penalty = 60 }   # optional per-node overrides of [batmand]
 
 [[link]]
@@ -106,7 +107,7 @@ class Node:
     name: str
     kind: str = "batmand"
     host: int = 0  # host number in the mesh subnets
-    interfaces: list[str] = field(default_factory=list)  # extra hard interfaces (dummy)
+    interfaces: list[str] = field(default_factory=list)  # extra hard interfaces (ifb: connected to nothing)
     batmand: dict = field(default_factory=dict)  # per-node config overrides
 
 
@@ -189,8 +190,13 @@ class Topology:
     def address(self, name: str, family: int = 4, prefixlen: bool = False) -> str:
         host = self.nodes[name].host if name in self.nodes else self.clients[name].host
         net = self.ipv4 if family == 4 else self.ipv6
-        addr = net.network_address + host
+        addr = net.network_address + (host if family == 4 else ipv6_host(host))
         return f"{addr}/{net.prefixlen}" if prefixlen else str(addr)
+
+
+def ipv6_host(host: int) -> int:
+    """Host numbers read the same in both families: 10.77.0.101 <-> fd77::101."""
+    return int(str(host), 16) if host <= 9999 else host
 
 
 def _check_keys(table: dict, allowed: set[str], where: str) -> None:
@@ -319,8 +325,8 @@ def _check_names(topo: Topology) -> None:
     for name, host in [(n.name, n.host) for n in topo.nodes.values()] + [(c.name, c.host) for c in topo.clients.values()]:
         if isinstance(host, bool) or not isinstance(host, int):
             raise TopologyError(f"{name}: id must be an integer, got {host!r}")
-        for net in (topo.ipv4, topo.ipv6):
-            if not 0 < host < net.num_addresses - 1:
+        for net, h in ((topo.ipv4, host), (topo.ipv6, ipv6_host(host) if host > 0 else host)):
+            if not 0 < h < net.num_addresses - 1:
                 raise TopologyError(f"{name}: host number {host} does not fit the mesh subnet {net}")
         if host in hosts:
             raise TopologyError(f"{name}: host number {host} already used by {hosts[host]}")

@@ -1,0 +1,60 @@
+"""Labs of real batmand daemons in network namespaces, for the daemon tests."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+
+from batmand.lab import Lab, load
+
+_counter = itertools.count()
+
+
+def prefix() -> str:
+    """Unique per test run and per lab (namespaces are <prefix>-<node>)."""
+    return f"bt{os.getpid() % 100000}x{next(_counter)}"
+
+
+def make_lab(topology: str, **batmand) -> Lab:
+    topo = load(topology)
+    topo.batmand.update(batmand)
+    return Lab(topo, prefix())
+
+
+def originators(lab: Lab, node: str) -> list[dict]:
+    out = lab.batmanctl(node, "o", "--json")
+    return json.loads(out.stdout) if out.returncode == 0 else []
+
+
+def best_routes(lab: Lab, node: str) -> dict[str, str]:
+    """originator -> next hop of the routes `node` uses."""
+    return {r["orig_address"]: r["neigh_address"] for r in originators(lab, node) if r["best"]}
+
+
+
+def _primary_if(lab: Lab, node: str) -> str:
+    return next(link.ifname_a if link.a == node else link.ifname_b
+                for link in lab.topology.links if node in (link.a, link.b))
+
+
+def orig_mac(lab: Lab, node: str) -> str:
+    """The originator address of a node: the MAC of its first hard interface."""
+    return lab.exec(node, ["cat", f"/sys/class/net/{_primary_if(lab, node)}/address"], check=True).stdout.strip()
+
+
+def wait_for(predicate, timeout: float, step: float = 0.1):
+    """Poll until predicate() is truthy; returns (value, seconds waited) or raises."""
+    start = time.monotonic()
+    while True:
+        value = predicate()
+        if value:
+            return value, time.monotonic() - start
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(step)
+
+
+def stats(lab: Lab, node: str) -> dict:
+    return json.loads(lab.batmanctl(node, "s", "--json", check=True).stdout)

@@ -1,0 +1,118 @@
+"""batmand daemons in network namespaces: convergence, IP traffic, batmanctl ping and
+traceroute, route switching, purge, TT for bridged clients. Real veths, TAPs, sockets."""
+
+import re
+import time
+
+import pytest
+
+from tests.daemon.labs import best_routes, make_lab, orig_mac, originators, stats, wait_for
+
+INTERVAL_MS = 500
+
+
+@pytest.fixture(scope="module")
+def line5():
+    with make_lab("line5", orig_interval_ms=INTERVAL_MS) as lab:
+        lab.start()
+        yield lab
+
+
+def test_line5_converges_within_ten_ogm_intervals(line5):
+    origs = {n: orig_mac(line5, n) for n in line5.nodes}
+    started = time.monotonic()
+
+    def everyone_everywhere():
+        return all(set(best_routes(line5, n)) >= {origs[m] for m in line5.nodes if m != n} for n in line5.nodes)
+
+    _, waited = wait_for(everyone_everywhere, timeout=30)
+    elapsed = time.monotonic() - started + 1.0  # the daemons started about a second earlier
+    print(f"line5: all originators everywhere after <= {elapsed:.1f} s")
+    assert elapsed <= 10 * INTERVAL_MS / 1000 + 2.0  # 10 intervals, plus start-up slack
+    # n1 reaches n5 through n2
+    n2_macs = {orig_mac(line5, "n2")}
+    assert best_routes(line5, "n1")[origs["n5"]] in n2_macs
+
+
+def test_ip_ping_and_arp_end_to_end(line5):
+    far = line5.address("n5")
+    result = line5.exec("n1", ["ping", "-c", "3", "-i", "0.2", "-W", "2", far])
+    assert result.returncode == 0, result.stdout + result.stderr
+    neigh = line5.exec("n1", ["ip", "neigh", "show", far]).stdout
+    assert "lladdr" in neigh  # ARP resolved across 4 hops
+    v6 = line5.exec("n1", ["ping", "-6", "-c", "2", "-i", "0.2", "-W", "2", line5.address("n5", family=6)])
+    assert v6.returncode == 0, v6.stdout
+
+
+def test_batmanctl_ping_and_traceroute_across_four_hops(line5):
+    far = orig_mac(line5, "n5")
+    ping = line5.batmanctl("n1", "ping", "-c", "3", "-i", "0.2", far)
+    assert ping.returncode == 0, ping.stdout + ping.stderr
+    assert "3 packets transmitted, 3 received, 0% packet loss" in ping.stdout
+    assert re.search(rf"20 bytes from {far} icmp_seq=1 ttl=47 time=", ping.stdout)
+    trace = line5.batmanctl("n1", "traceroute", far)
+    assert trace.returncode == 0, trace.stdout + trace.stderr
+    hops = [line.split()[1] for line in trace.stdout.splitlines()[1:] if re.match(r"\s*\d+:", line)]
+    assert len(hops) == 4 and hops[-1] == far
+
+
+def test_statistics_and_unknown_unicast(line5):
+    # a frame to a MAC nobody announced is dropped and counted, never flooded
+    before = stats(line5, "n1")
+    line5.exec("n1", ["ip", "neigh", "replace", "10.77.0.200", "lladdr", "02:de:ad:00:00:01", "dev", "bat0"])
+    line5.exec("n1", ["ping", "-c", "2", "-i", "0.2", "-W", "1", "10.77.0.200"])
+    after = stats(line5, "n1")
+    assert after["tx_dropped"] >= before["tx_dropped"] + 2
+    assert after["drop_tx_unknown_unicast"] >= before.get("drop_tx_unknown_unicast", 0) + 2
+    assert after["mgmt_tx"] > 0 and after["mgmt_rx"] > 0
+
+
+def test_parallel_paths_follow_the_better_link_and_switch():
+    with make_lab("parallel", orig_interval_ms=250, purge_timeout_ms=20_000) as lab:
+        lab.start()
+        d = orig_mac(lab, "d")
+        via_b = {orig_mac(lab, "b")}
+        via_c = {orig_mac(lab, "c")}
+        wait_for(lambda: best_routes(lab, "a").get(d) in via_b, timeout=40)
+        # the 5 % path wins over the 30 % path
+        lab.set_loss("a", "b", 100)
+        t0 = time.monotonic()
+        wait_for(lambda: best_routes(lab, "a").get(d) in via_c, timeout=30)
+        switched = time.monotonic() - t0
+        lab.set_loss("a", "b", 5)
+        t1 = time.monotonic()
+        wait_for(lambda: best_routes(lab, "a").get(d) in via_b, timeout=60)
+        back = time.monotonic() - t1
+        print(f"parallel: switched to c after {switched:.1f} s, back to b after {back:.1f} s (OGM interval 0.25 s)")
+        ping = lab.exec("a", ["ping", "-c", "3", "-i", "0.2", "-W", "2", lab.address("d")])
+        assert ping.returncode == 0
+
+
+def test_stopped_node_is_purged():
+    with make_lab("line3", orig_interval_ms=250, purge_timeout_ms=2000) as lab:
+        lab.start()
+        n3 = orig_mac(lab, "n3")
+        wait_for(lambda: n3 in best_routes(lab, "n1"), timeout=30)
+        lab.stop_daemons(["n3"])
+        _, waited = wait_for(lambda: all(r["orig_address"] != n3 for r in originators(lab, "n1")), timeout=30)
+        print(f"stopped node purged after {waited:.1f} s (purge timeout 2 s: originator after 2x)")
+        tg = lab.batmanctl("n1", "tg", "--json", check=True).stdout
+        assert n3 not in tg
+
+
+def test_bridged_client_reachable_and_no_tt_request_storm():
+    with make_lab("client", orig_interval_ms=250) as lab:
+        lab.start()
+        client = next(iter(lab.topology.clients))
+        far = lab.nodes[-1]
+        target = lab.address(client)
+        wait_for(lambda: lab.exec(far, ["ping", "-c", "1", "-W", "1", target]).returncode == 0, timeout=40)
+        client_mac = lab.exec(client, ["cat", "/sys/class/net/eth0/address"], check=True).stdout.strip()
+        tg = lab.batmanctl(far, "tg", check=True).stdout
+        assert client_mac in tg  # the client is announced in the translation table
+        time.sleep(2)
+        before = {n: stats(lab, n)["tt_request_tx"] for n in lab.nodes}
+        time.sleep(60)
+        after = {n: stats(lab, n)["tt_request_tx"] for n in lab.nodes}
+        assert after == before, (before, after)
+        assert lab.exec(far, ["ping", "-c", "2", "-i", "0.2", "-W", "2", target]).returncode == 0

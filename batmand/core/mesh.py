@@ -13,7 +13,7 @@ import random
 from batmand.wire import (Bcast, IcmpPacket, IcmpRRPacket, IcmpTpPacket, IvOgm, Mac, RoamTvlv, TtTvlv,
                           Unicast, Unicast4Addr, UnicastFrag, UnicastTvlv, UnknownUnicast, WireError,
                           build_frame, decode_frame, DatTvlv, GatewayTvlv, McastTvlv)
-from batmand.wire.constants import TTL
+from batmand.wire.constants import PACKET_TYPE_NAMES, TTL
 
 from .bat_iv import BatmanIV
 from .broadcast import Broadcast
@@ -146,6 +146,7 @@ class Mesh:
             self.counters.drop("malformed")
             return
         packet = frame.packet
+        self.counters["rx_" + PACKET_TYPE_NAMES.get(packet.packet_type, "unknown_unicast")] += len(frame.packets)
         if isinstance(packet, IvOgm):
             if self._check_management(frame, iface):
                 self.counters.add("mgmt_rx", len(data))

@@ -95,6 +95,7 @@ class InlineDataPath:
             if not (inner_dst[0] & 1 or self.fwd.local_clients.get(client) is True):
                 return False
             self.deliver(frame[UNICAST_PREFIX_LEN:])
+            self.counters["rx_unicast"] += 1
             self.counters["rx"] += 1
             self.counters["rx_bytes"] += len(frame) - UNICAST_PREFIX_LEN
             return True
@@ -112,6 +113,7 @@ class InlineDataPath:
         forwarded[16] -= 1
         if not self.send(route.iface, forwarded):
             return False
+        self.counters["rx_unicast"] += 1
         self.counters["forward"] += 1
         self.counters["forward_bytes"] += len(frame)
         return True

@@ -14,6 +14,28 @@ class HardifNeigh:
     addr: Mac
     orig: Mac  # originator this neighbour was first learnt for
     last_seen: float
+    # B.A.T.M.A.N. V: ELP state and the link throughput estimate (an EWMA, 100 kbit/s units)
+    elp_latest_seqno: int = 0
+    elp_interval: int = 0
+    throughput_internal: int = 0  # linux/average.h EWMA, 10 fractional bits
+    last_unicast_tx: float = float("-inf")
+
+    def throughput_add(self, value: int) -> None:
+        """ewma_throughput_add: weight 1/8, 10 fractional bits (DECLARE_EWMA(throughput, 10, 8))."""
+        internal = self.throughput_internal
+        self.throughput_internal = ((internal << 3) - internal + (value << 10)) >> 3 if internal else value << 10
+
+    @property
+    def throughput(self) -> int:
+        return self.throughput_internal >> 10
+
+
+@dataclass
+class WifiStation:
+    """What nl80211 reports about one station (for the Wi-Fi throughput estimate)."""
+
+    expected_throughput_kbps: int | None = None
+    tx_bitrate_100kbps: int | None = None
 
 
 @dataclass(eq=False)
@@ -30,6 +52,14 @@ class HardInterface:
     # B.A.T.M.A.N. IV: next own OGM seqno (always "last scheduled + 1")
     ogm_seqno: int = 0
     neighbours: dict[Mac, HardifNeigh] = field(default_factory=dict)
+    # B.A.T.M.A.N. V
+    elp_interval_ms: int = 500  # batctl hardif IFACE et
+    elp_seqno: int = 0
+    throughput_override: int = 0  # 100 kbit/s units, 0 = estimate (batctl hardif IFACE to)
+    link_speed_mbit: int | None = None  # from ethtool, None when the driver does not say
+    full_duplex: bool = False
+    stations: dict = field(default_factory=dict)  # Wi-Fi: neighbour MAC -> WifiStation
+    default_throughput_warned: bool = False
 
     def __repr__(self) -> str:
         return f"<HardInterface {self.name} {self.mac}>"

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import random
 
-from batmand.wire import (Bcast, IcmpPacket, IcmpRRPacket, IcmpTpPacket, IvOgm, Mac, RoamTvlv, TtTvlv,
+from batmand.wire import (Bcast, Elp, IcmpPacket, IcmpRRPacket, IcmpTpPacket, IvOgm, Mac, Ogm2, RoamTvlv, TtTvlv,
                           Unicast, Unicast4Addr, UnicastFrag, UnicastTvlv, UnknownUnicast, WireError,
                           build_frame, decode_frame, DatTvlv, GatewayTvlv, McastTvlv)
 from batmand.wire.constants import PACKET_TYPE_NAMES, TTL
 
 from .bat_iv import BatmanIV
+from .bat_v import BatmanV
 from .broadcast import Broadcast
 from .config import MeshConfig
 from .counters import Counters
@@ -27,6 +28,7 @@ from .originator import OriginatorTable, OrigNode
 from .routing import Routing
 from .translation_table import TranslationTable
 
+ALGORITHMS = {"BATMAN_IV": BatmanIV, "BATMAN_V": BatmanV}
 FRAG_MAX_FRAG_SIZE = 1280
 FRAG_HEADER = 20
 FRAG_MAX_FRAGMENTS = 16
@@ -43,9 +45,11 @@ class Mesh:
         self.primary: HardInterface | None = None
         self.originators = OriginatorTable(self.config.max_originators, self.config.max_neighbours_per_originator,
                                            self.config.max_hardif_neighbours, self.counters)
-        if self.config.routing_algo != "BATMAN_IV":
-            raise ValueError(f"routing algorithm {self.config.routing_algo} is not available")
-        self.algo = BatmanIV(self)
+        self.log = lambda message: None  # the daemon routes this to its logger
+        if self.config.routing_algo not in ALGORITHMS:
+            raise ValueError(f"routing algorithm {self.config.routing_algo} is not available "
+                             f"(choose {', '.join(ALGORITHMS)})")
+        self.algo = ALGORITHMS[self.config.routing_algo](self)
         self.tt = TranslationTable(self)
         self.broadcast = Broadcast(self)
         self.routing = Routing(self)
@@ -147,10 +151,17 @@ class Mesh:
             return
         packet = frame.packet
         self.counters["rx_" + PACKET_TYPE_NAMES.get(packet.packet_type, "unknown_unicast")] += len(frame.packets)
-        if isinstance(packet, IvOgm):
-            if self._check_management(frame, iface):
+        if isinstance(packet, (IvOgm, Ogm2, Elp)):
+            # each algorithm only takes its own announcements (IV and V do not mix)
+            ours = isinstance(packet, IvOgm) == isinstance(self.algo, BatmanIV)
+            if not ours:
+                self.counters.drop("other_routing_algorithm")
+            elif self._check_management(frame, iface):
                 self.counters.add("mgmt_rx", len(data))
-                self.algo.receive(now, iface, frame, data)
+                if isinstance(packet, Elp):
+                    self.algo.receive_elp(now, iface, frame)
+                else:
+                    self.algo.receive(now, iface, frame, data)
         elif isinstance(packet, Bcast):
             self.broadcast.receive(now, iface, frame, data)
         elif isinstance(packet, (Unicast, Unicast4Addr)):

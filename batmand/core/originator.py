@@ -25,6 +25,9 @@ class NeighIfInfo:
     tq_index: int = 0
     tq_avg: int = 0
     last_ttl: int = 0
+    # B.A.T.M.A.N. V: path throughput through this neighbour (100 kbit/s) and its last seqno
+    throughput: int = 0
+    last_seqno: int = 0
 
     def push_tq(self, value: int) -> None:
         """batadv_ring_buffer_set + batadv_ring_buffer_avg (zeros are not averaged)."""
@@ -65,6 +68,8 @@ class OrigIfInfo:
     # IV: which of our last 64 OGMs on this interface the originator echoed back
     bcast_own: int = 0
     bcast_own_sum: int = 0
+    # V: the last OGMv2 seqno forwarded for this outgoing interface
+    last_seqno_forwarded: int | None = None
 
 
 @dataclass(eq=False)

@@ -1,0 +1,319 @@
+"""B.A.T.M.A.N. V (the kernel's bat_v.c, bat_v_elp.c, bat_v_ogm.c): ELP neighbour discovery
+with a throughput estimate per link, and OGMv2 carrying the path throughput.
+
+ELP: every elp_interval (+-20 ms) per hard interface, a broadcast ELP; on that same tick
+every neighbour's link throughput EWMA takes a new estimate (so a dead neighbour's metric
+is still refreshed). OGMv2: one per node per orig_interval on every interface that has
+neighbours, aggregated per interface (flushed every 50-150 ms). An OGMv2 from a neighbour
+is only accepted once its ELP was heard."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from batmand.wire import BROADCAST, ELP_TVLV_PADDING, Elp, Mac, Ogm2, build_frame
+from batmand.wire.constants import TTL
+
+from .bitarray import seq_diff32, window_protected
+from .hardif import HardInterface, HardifNeigh
+from .originator import NeighNode, OrigNode
+
+THROUGHPUT_DEFAULT = 10  # 1 Mbit/s, when nothing better is known
+THROUGHPUT_MAX = 0xFFFFFFFF
+ELP_MAX_AGE = 64
+OGM_MAX_AGE = 64
+OGM_MAX_ORIGDIFF = 5
+OGM2_HLEN = 20
+MAX_AGGREGATION_BYTES = 512
+ELP_PROBES_PER_NODE = 2
+ELP_MIN_PROBE_SIZE = 200
+ELP_PROBE_MAX_TX_DIFF = 0.1
+
+
+def estimate_throughput(iface: HardInterface, neigh_addr: Mac, log=None) -> int:
+    """batadv_v_elp_get_throughput (100 kbit/s units): the override, else Wi-Fi station
+    data, else the Ethernet link speed, else the 1 Mbit/s default (with a warning once)."""
+    if iface.throughput_override:
+        return iface.throughput_override
+    if iface.wifi:
+        station = iface.stations.get(neigh_addr)
+        if station is None and iface.stations:
+            return 0  # not associated any more
+        if station is not None:
+            if station.expected_throughput_kbps is not None:
+                return station.expected_throughput_kbps // 100
+            if station.tx_bitrate_100kbps is not None:
+                return station.tx_bitrate_100kbps // 3
+    elif iface.link_speed_mbit:
+        return iface.link_speed_mbit * 10
+    if not iface.default_throughput_warned and log is not None:
+        log(f"WiFi driver or ethtool info does not provide information about link speeds on interface "
+            f"{iface.name}, therefore defaulting to hardcoded throughput values of 1.0 Mbps. Consider "
+            f"overriding the throughput manually or checking your driver.")
+    iface.default_throughput_warned = True
+    return THROUGHPUT_DEFAULT
+
+
+def forward_penalty(throughput: int, if_incoming: HardInterface, outif, hop_penalty: int) -> int:
+    """batadv_v_forward_penalty: per-interface penalty always; on the default table nothing
+    more; halved when forwarded on the same half-duplex interface; else the hop penalty.
+    (u32 arithmetic as in the kernel.)"""
+    throughput = ((throughput * (255 - if_incoming.hop_penalty)) & 0xFFFFFFFF) // 255
+    if outif is None:
+        return throughput
+    if throughput > 10 and if_incoming is outif and not if_incoming.full_duplex:
+        return throughput // 2
+    return ((throughput * (255 - hop_penalty)) & 0xFFFFFFFF) // 255
+
+
+@dataclass(eq=False)
+class AggregationQueue:
+    """OGMv2 packets waiting on one interface (batadv_v_ogm_queue_on_if)."""
+
+    packets: list[bytes] = field(default_factory=list)
+    size: int = 0
+    flush_at: float = float("inf")
+
+
+class BatmanV:
+    name = "BATMAN_V"
+
+    def __init__(self, mesh) -> None:
+        self.mesh = mesh
+        self.ogm_seqno = mesh.rng.getrandbits(32)
+        self.next_ogm = float("inf")
+        self.next_elp: dict[HardInterface, float] = {}
+        self.queues: dict[HardInterface, AggregationQueue] = {}
+
+    # --- metric ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def metric(neigh: NeighNode, outif=None) -> int:
+        info = neigh.ifinfo_get(outif)
+        return info.throughput if info else 0
+
+    # --- interfaces -----------------------------------------------------------------------------
+
+    def _jittered(self, now: float, interval_ms: int) -> float:
+        jitter = self.mesh.config.jitter_ms
+        return now + (interval_ms - jitter + self.mesh.rng.randrange(2 * jitter)) / 1000.0
+
+    def iface_enabled(self, now: float, iface: HardInterface) -> None:
+        iface.elp_seqno = self.mesh.rng.getrandbits(32)
+        self.next_elp[iface] = self._jittered(now, iface.elp_interval_ms)
+        self.queues[iface] = AggregationQueue()
+        if self.next_ogm == float("inf"):
+            self.next_ogm = self._jittered(now, self.mesh.config.orig_interval_ms)
+
+    def iface_disabled(self, iface: HardInterface) -> None:
+        self.next_elp.pop(iface, None)
+        self.queues.pop(iface, None)
+
+    def next_deadline(self) -> float:
+        times = [self.next_ogm, *self.next_elp.values(), *(q.flush_at for q in self.queues.values())]
+        return min(times, default=float("inf"))
+
+    def tick(self, now: float) -> None:
+        for iface, when in list(self.next_elp.items()):
+            if when <= now:
+                self._send_elp(now, iface)
+        if self.next_ogm <= now:
+            self._send_own_ogm(now)
+        for iface, queue in list(self.queues.items()):
+            if queue.flush_at <= now:
+                self._flush(iface, queue)
+
+    # --- ELP ------------------------------------------------------------------------------------
+
+    def _send_elp(self, now: float, iface: HardInterface) -> None:
+        """batadv_v_elp_periodic_work."""
+        mesh = self.mesh
+        self.next_elp[iface] = self._jittered(now, iface.elp_interval_ms)
+        if not iface.active or mesh.primary is None:
+            return
+        elp = Elp(orig=mesh.primary.mac, seqno=iface.elp_seqno, elp_interval=iface.elp_interval_ms)
+        mesh.transmit(iface, build_frame(BROADCAST, iface.mac, elp, padding=ELP_TVLV_PADDING), mgmt=True)
+        iface.elp_seqno = (iface.elp_seqno + 1) & 0xFFFFFFFF
+        for neigh in iface.neighbours.values():
+            if iface.wifi and now - neigh.last_unicast_tx > ELP_PROBE_MAX_TX_DIFF:
+                self._probe(now, iface, neigh, elp)
+            neigh.throughput_add(estimate_throughput(iface, neigh.addr, mesh.log))
+
+    def _probe(self, now: float, iface: HardInterface, neigh: HardifNeigh, elp: Elp) -> None:
+        """Unicast ELP copies padded to 200 bytes so the Wi-Fi rate control samples the link."""
+        raw = build_frame(neigh.addr, iface.mac, elp, padding=ELP_TVLV_PADDING)
+        raw += bytes(max(0, ELP_MIN_PROBE_SIZE - (len(raw) - 14)))
+        for _ in range(ELP_PROBES_PER_NODE):
+            self.mesh.transmit(iface, raw)
+        neigh.last_unicast_tx = now
+
+    def receive_elp(self, now: float, iface: HardInterface, frame) -> None:
+        """batadv_v_elp_packet_recv / batadv_v_elp_neigh_update."""
+        mesh = self.mesh
+        eth, elp = frame.ethernet, frame.packet
+        if mesh.is_my_mac(eth.h_source) or mesh.primary is None:
+            return
+        orig_neigh = mesh.originators.get_or_create(elp.orig, now)
+        if orig_neigh is None:
+            return
+        neigh = mesh.originators.neigh_get_or_create(orig_neigh, iface, eth.h_source, orig_neigh, now)
+        if neigh is None:
+            return
+        hardif_neigh = iface.neighbours.get(eth.h_source)
+        if hardif_neigh is None:
+            return
+        diff = seq_diff32(elp.seqno, hardif_neigh.elp_latest_seqno)
+        if -ELP_MAX_AGE < diff < 1:
+            return  # known or older (but a restarted neighbour is adopted)
+        neigh.last_seen = now
+        hardif_neigh.last_seen = now
+        hardif_neigh.elp_latest_seqno = elp.seqno
+        hardif_neigh.elp_interval = elp.elp_interval
+
+    # --- own OGMv2 --------------------------------------------------------------------------------
+
+    def _send_own_ogm(self, now: float) -> None:
+        """batadv_v_ogm_send_meshif: commit TT, stamp the node-wide seqno, queue everywhere."""
+        mesh = self.mesh
+        self.next_ogm = self._jittered(now, mesh.config.orig_interval_ms)
+        if mesh.primary is None:
+            return
+        ogm = Ogm2(ttl=TTL, seqno=self.ogm_seqno, orig=mesh.primary.mac, throughput=THROUGHPUT_MAX,
+                   tvlvs=mesh.ogm_tvlvs(now))
+        self.ogm_seqno = (self.ogm_seqno + 1) & 0xFFFFFFFF
+        raw = ogm.encode()
+        for iface in mesh.active_ifaces():
+            if iface.no_broadcast(None, None):
+                continue
+            self._queue(now, iface, raw)
+
+    def _queue(self, now: float, iface: HardInterface, raw: bytes) -> None:
+        queue = self.queues.get(iface)
+        if queue is None:
+            return
+        if not self.mesh.config.aggregation:
+            self.mesh.transmit(iface, build_frame(BROADCAST, iface.mac) + raw, mgmt=True)
+            return
+        if queue.size + len(raw) > min(MAX_AGGREGATION_BYTES, iface.mtu):
+            self._flush(iface, queue)
+        queue.packets.append(raw)
+        queue.size += len(raw)
+        if queue.flush_at == float("inf"):  # 0.5 to 1.5 times the aggregation interval
+            queue.flush_at = now + (50 + self.mesh.rng.randrange(100)) / 1000.0
+
+    def _flush(self, iface: HardInterface, queue: AggregationQueue) -> None:
+        if queue.packets and iface.active:
+            self.mesh.transmit(iface, build_frame(BROADCAST, iface.mac) + b"".join(queue.packets), mgmt=True)
+        queue.packets.clear()
+        queue.size = 0
+        queue.flush_at = float("inf")
+
+    # --- OGMv2 reception ----------------------------------------------------------------------------
+
+    def receive(self, now: float, iface: HardInterface, frame, data: bytes) -> None:
+        """batadv_v_ogm_packet_recv: each element within the kernel's 512-byte walk."""
+        mesh = self.mesh
+        if mesh.is_my_mac(frame.ethernet.h_source) or mesh.is_my_mac(frame.packet.orig):
+            return
+        offset = 0
+        for ogm in frame.packets:
+            offset += OGM2_HLEN + (data[14 + offset + 14] << 8 | data[14 + offset + 15])
+            if offset > MAX_AGGREGATION_BYTES:
+                mesh.counters.drop("ogm_beyond_aggregation_limit")
+                break
+            self._process(now, iface, frame.ethernet.h_source, ogm)
+
+    def _process(self, now: float, if_incoming: HardInterface, eth_src: Mac, ogm: Ogm2) -> None:
+        """batadv_v_ogm_process."""
+        mesh = self.mesh
+        if ogm.packet_type != 0x04 or ogm.throughput == 0:
+            return
+        hardif_neigh = if_incoming.neighbours.get(eth_src)
+        if hardif_neigh is None:
+            mesh.counters.drop("ogm2_before_elp")
+            return
+        orig_node = mesh.originators.get_or_create(ogm.orig, now)
+        if orig_node is None:
+            return
+        neigh = mesh.originators.neigh_get_or_create(orig_node, if_incoming, eth_src, orig_node, now)
+        if neigh is None:
+            return
+        path = min(hardif_neigh.throughput, ogm.throughput)
+        self._per_outif(now, if_incoming, eth_src, ogm, path, orig_node, neigh, None)
+        for out in mesh.active_ifaces():
+            if out.no_broadcast(ogm.orig, hardif_neigh.orig):
+                continue
+            self._per_outif(now, if_incoming, eth_src, ogm, path, orig_node, neigh, out)
+
+    def _per_outif(self, now: float, if_incoming: HardInterface, eth_src: Mac, ogm: Ogm2, path: int,
+                   orig_node: OrigNode, neigh: NeighNode, outif) -> None:
+        age = self._metric_update(now, ogm, path, orig_node, neigh, if_incoming, outif)
+        if age < 0:
+            return
+        if age > 0 and outif is None:
+            self.mesh.ogm_tvlvs_received(now, orig_node, ogm.tvlvs)
+        if self._route_update(now, eth_src, orig_node, neigh, outif):
+            self._forward(now, ogm, orig_node, neigh, outif)
+
+    def _metric_update(self, now: float, ogm: Ogm2, path: int, orig_node: OrigNode, neigh: NeighNode,
+                       if_incoming: HardInterface, outif) -> int:
+        """batadv_v_ogm_metric_update: 1 new seqno, 0 same, -1 old (dropped)."""
+        info = orig_node.ifinfo_new(outif)
+        diff = seq_diff32(ogm.seqno, info.last_real_seqno)
+        started = False
+        if orig_node.neighbours:
+            drop, info.seqno_reset, started = window_protected(diff, now, info.seqno_reset,
+                                                               self.mesh.config.reset_protection_ms / 1000.0)
+            if drop:
+                self.mesh.counters.drop("ogm_seqno_protected")
+                return -1
+        if diff < 0 and not started:
+            return -1
+        neigh.last_seen = now
+        orig_node.last_seen = now
+        info.last_real_seqno = ogm.seqno
+        info.last_ttl = ogm.ttl
+        ninfo = neigh.ifinfo_new(outif)
+        ninfo.throughput = forward_penalty(path, if_incoming, outif, self.mesh.config.hop_penalty)
+        ninfo.last_seqno = ogm.seqno
+        ninfo.last_ttl = ogm.ttl
+        return 1 if diff > 0 or started else 0
+
+    def _route_update(self, now: float, eth_src: Mac, orig_node: OrigNode, neigh: NeighNode, outif) -> bool:
+        """batadv_v_ogm_route_update: keep the router unless the new neighbour is better or
+        the router is OGM_MAX_ORIGDIFF seqnos behind. True: consider forwarding."""
+        mesh = self.mesh
+        orig_neigh = mesh.originators.get_or_create(eth_src, now)
+        if orig_neigh is None:
+            return False
+        router = orig_node.router(outif)
+        if router is not None and router.orig_node is not orig_node and orig_neigh.router(outif) is None:
+            return False  # OGM via unknown neighbour
+        if router is neigh:
+            return True
+        if router is not None:
+            rinfo, ninfo = router.ifinfo_get(outif), neigh.ifinfo_get(outif)
+            if rinfo is None or ninfo is None:
+                return True
+            if seq_diff32(ninfo.last_seqno, rinfo.last_seqno) < OGM_MAX_ORIGDIFF and \
+                    rinfo.throughput >= ninfo.throughput:
+                return True
+        mesh.update_route(orig_node, outif, neigh)
+        return True
+
+    def _forward(self, now: float, ogm: Ogm2, orig_node: OrigNode, neigh: NeighNode, outif) -> None:
+        """batadv_v_ogm_forward: only from the best next hop, once per seqno and interface."""
+        if outif is None:
+            return
+        info = orig_node.ifinfo_new(outif)
+        if orig_node.router(outif) is not neigh or info.last_seqno_forwarded == ogm.seqno:
+            return
+        info.last_seqno_forwarded = ogm.seqno
+        if ogm.ttl <= 1:
+            return
+        ninfo = neigh.ifinfo_get(outif)
+        if ninfo is None:
+            return
+        forwarded = dataclasses.replace(ogm, ttl=ogm.ttl - 1, throughput=ninfo.throughput)
+        self._queue(now, outif, forwarded.encode())

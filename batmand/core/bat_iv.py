@@ -91,6 +91,10 @@ class BatmanIV:
         for out in targets:
             self._queue_add(ogm, size, iface, out, own=True, send_time=send_time)
 
+    def silence(self) -> None:
+        """Send no OGMs of our own (replaying a capture of another node)."""
+        self.queue.clear()
+
     def own_ogm_sent(self, iface: HardInterface, seqno: int) -> None:
         """Replaying a capture of a kernel node: it just sent its own OGM `seqno` and has
         scheduled the next one (counter = seqno + 2, echo windows slid once)."""

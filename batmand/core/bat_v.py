@@ -138,7 +138,19 @@ class BatmanV:
         for neigh in iface.neighbours.values():
             if iface.wifi and now - neigh.last_unicast_tx > ELP_PROBE_MAX_TX_DIFF:
                 self._probe(now, iface, neigh, elp)
-            neigh.throughput_add(estimate_throughput(iface, neigh.addr, mesh.log))
+        self.own_elp_sent(iface)
+
+    def own_elp_sent(self, iface: HardInterface) -> None:
+        """After each own ELP: every neighbour's link estimate takes a new sample (also
+        used when replaying a kernel node's capture, whose ELPs are in the capture)."""
+        for neigh in iface.neighbours.values():
+            neigh.throughput_add(estimate_throughput(iface, neigh.addr, self.mesh.log))
+
+    def silence(self) -> None:
+        """Send nothing of our own (replaying a capture of another node)."""
+        self.next_ogm = float("inf")
+        for iface in self.next_elp:
+            self.next_elp[iface] = float("inf")
 
     def _probe(self, now: float, iface: HardInterface, neigh: HardifNeigh, elp: Elp) -> None:
         """Unicast ELP copies padded to 200 bytes so the Wi-Fi rate control samples the link."""

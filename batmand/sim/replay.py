@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from batmand.core.config import MeshConfig
 from batmand.core.events import Transmit
 from batmand.core.mesh import Mesh
-from batmand.wire import IvOgm, Mac, WireError, decode_frame
+from batmand.wire import Elp, IvOgm, Mac, WireError, decode_frame
 
 
 @dataclass
@@ -31,7 +31,7 @@ def replay(frames: Iterable[tuple[float, bytes]], *, iface: str, mac: Mac, soft_
     mesh = Mesh(config or MeshConfig(), soft_mac=soft_mac, rng=random.Random(0), now=start)
     mesh.add_interface(start, iface, mac)
     hard_iface = mesh.iface(iface)
-    mesh.algo.queue.clear()  # no own OGMs: the kernel node's are in the capture
+    mesh.algo.silence()  # no own OGMs: the kernel node's are in the capture
     result = Replay(mesh)
 
     def collect(now: float, actions: list) -> None:
@@ -39,6 +39,7 @@ def replay(frames: Iterable[tuple[float, bytes]], *, iface: str, mac: Mac, soft_
 
     for ts, data in frames:
         collect(ts, mesh.tick(ts))
+        mesh.algo.silence()
         if data[6:12] != mac:
             collect(ts, mesh.receive(ts, iface, data))
             continue
@@ -49,4 +50,6 @@ def replay(frames: Iterable[tuple[float, bytes]], *, iface: str, mac: Mac, soft_
         for packet in frame.packets:
             if isinstance(packet, IvOgm) and packet.orig == mac:
                 mesh.algo.own_ogm_sent(hard_iface, packet.seqno)
+            elif isinstance(packet, Elp):
+                mesh.algo.own_elp_sent(hard_iface)
     return result

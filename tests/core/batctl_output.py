@@ -7,6 +7,7 @@ import re
 from tests.conftest import PCAP_DIR
 
 _O_LINE = re.compile(r"^ (\*| ) ([0-9a-f:]{17})\s+([\d.]+)s\s+\(\s*(\d+)\)\s+([0-9a-f:]{17}) \[\s*(\S+)\]")
+_O_LINE_V = re.compile(r"^ (\*| ) ([0-9a-f:]{17})\s+([\d.]+)s \(\s*([\d.]+)\)\s+([0-9a-f:]{17}) \[\s*(\S+)\]")
 _TG_LINE = re.compile(r"^ (\*| ) ([0-9a-f:]{17})\s+(-?\d+) \[([.RWIT]{4})\] \(\s*(\d+)\) ([0-9a-f:]{17}) \(\s*(\d+)\) "
                       r"\((0x[0-9a-f]{8})\)")
 
@@ -33,6 +34,10 @@ def originators(name: str, node: str) -> list[dict]:
         if m:
             out.append({"best": m[1] == "*", "orig": m[2], "last_seen": float(m[3]), "tq": int(m[4]),
                         "next_hop": m[5], "iface": m[6]})
+        m = _O_LINE_V.match(line)
+        if m:  # B.A.T.M.A.N. V: throughput in Mbit/s with one decimal
+            out.append({"best": m[1] == "*", "orig": m[2], "last_seen": float(m[3]),
+                        "throughput_mbit": float(m[4]), "next_hop": m[5], "iface": m[6]})
     return out
 
 

@@ -52,6 +52,7 @@ class BatmanIV:
     def __init__(self, mesh) -> None:
         self.mesh = mesh
         self.queue: list[ForwPacket] = []
+        self.silent = False
 
     # --- metric used by the generic parts (purge, TT best originator, gateways) -----------
 
@@ -76,7 +77,7 @@ class BatmanIV:
 
     def schedule_own(self, now: float, iface: HardInterface) -> None:
         """batadv_iv_ogm_schedule_buff: consume a seqno, slide the echo windows, queue."""
-        if not iface.active:
+        if not iface.active or self.silent:
             return
         primary = self.mesh.primary
         is_primary = iface is primary
@@ -93,7 +94,8 @@ class BatmanIV:
 
     def silence(self) -> None:
         """Send no OGMs of our own (replaying a capture of another node)."""
-        self.queue.clear()
+        self.silent = True
+        self.queue = [p for p in self.queue if not p.own]
 
     def own_ogm_sent(self, iface: HardInterface, seqno: int) -> None:
         """Replaying a capture of a kernel node: it just sent its own OGM `seqno` and has

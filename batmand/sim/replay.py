@@ -39,7 +39,6 @@ def replay(frames: Iterable[tuple[float, bytes]], *, iface: str, mac: Mac, soft_
 
     for ts, data in frames:
         collect(ts, mesh.tick(ts))
-        mesh.algo.silence()
         if data[6:12] != mac:
             collect(ts, mesh.receive(ts, iface, data))
             continue

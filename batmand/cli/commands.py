@@ -8,6 +8,7 @@ Tools: ping|p, traceroute|tr, translate|t."""
 from __future__ import annotations
 
 import argparse
+import re
 import json
 import sys
 import time
@@ -277,6 +278,39 @@ def run_setting(args) -> int:
     return 0
 
 
+def parse_throughput(text: str) -> int:
+    """batctl's throughput syntax in kbit/s: a number (kbit), or with kbit/mbit/gbit."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(kbit|mbit|gbit)?\s*", text.lower())
+    if not match:
+        raise UsageError(f"invalid throughput: {text} (e.g. 500kbit, 100mbit, 1gbit)")
+    factor = {"kbit": 1, "mbit": 1000, "gbit": 1_000_000, None: 1}[match[2]]
+    return int(float(match[1]) * factor)
+
+
+HARDIF_SETTINGS = {"elp_interval": "et", "throughput_override": "to", "hop_penalty": "hp"}
+
+
+def run_hardif(args) -> int:
+    names = {**{v: k for k, v in HARDIF_SETTINGS.items()}, **{k: k for k in HARDIF_SETTINGS}}
+    if args.setting not in names:
+        raise UsageError(f"unknown hard-interface setting {args.setting} (et, to, hp)")
+    setting = names[args.setting]
+    client = client_for(args)
+    if args.value is None:
+        value = client.request("hardif_get", {"ifname": args.ifname, "setting": setting})
+        if setting == "throughput_override":
+            emit([f"{value // 1000}.{value % 1000 // 100} MBit"])
+        else:
+            emit([str(value)])
+        return 0
+    if setting == "throughput_override":
+        value = parse_throughput(args.value)
+    else:
+        value = _parse_uint(255 if setting == "hop_penalty" else 2**32 - 1)(args.value)
+    client.request("hardif_set", {"ifname": args.ifname, "setting": setting, "value": value})
+    return 0
+
+
 def loglevel_value(words: list[str]) -> str:
     """batctl's level words as the daemon's value: "none", "all" or names in batctl order."""
     chosen = set()
@@ -443,6 +477,12 @@ def add_parsers(subparsers) -> None:
         p.add_argument("values", nargs="*", metavar="VALUE", help="new value (none: print the current one)")
         p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
         p.set_defaults(func=run_setting, setting=setting)
+
+    p = subparsers.add_parser("hardif", help="hard-interface settings: hardif IFACE et|to|hp [VALUE]")
+    p.add_argument("ifname")
+    p.add_argument("setting", metavar="et|to|hp")
+    p.add_argument("value", nargs="?")
+    p.set_defaults(func=run_hardif)
 
     p = subparsers.add_parser("loglevel", aliases=["ll"], help="debug log level")
     p.add_argument("levels", nargs="*", metavar="LEVEL",

@@ -107,7 +107,42 @@ class ControlServer:
 
     async def cmd_routing_algos(self, args, writer):
         algo = self.service.mesh.algo.name
-        return {"active": {self.service.options.meshif: algo}, "selected": algo, "available": ["BATMAN_IV"]}
+        return {"active": {self.service.options.meshif: algo}, "selected": algo,
+                "available": ["BATMAN_IV", "BATMAN_V"]}
+
+    def _hardif(self, args):
+        iface = self.service.mesh.iface(str(args.get("ifname")))
+        if iface is None:
+            raise CommandError(f"{args.get('ifname')} is not part of {self.service.options.meshif}")
+        setting = args.get("setting")
+        if setting not in ("elp_interval", "throughput_override", "hop_penalty"):
+            raise CommandError(f"unknown hard-interface setting {setting!r}")
+        return iface, setting
+
+    async def cmd_hardif_get(self, args, writer):
+        iface, setting = self._hardif(args)
+        if setting == "elp_interval":
+            return iface.elp_interval_ms
+        if setting == "throughput_override":
+            return iface.throughput_override * 100  # kbit/s
+        return iface.hop_penalty
+
+    async def cmd_hardif_set(self, args, writer):
+        iface, setting = self._hardif(args)
+        try:
+            value = int(args.get("value"))
+        except (TypeError, ValueError):
+            raise CommandError(f"{setting}: expected a number") from None
+        if value < 0 or (setting == "hop_penalty" and value > 255):
+            raise CommandError(f"{setting}: out of range")
+        if setting == "elp_interval":
+            iface.elp_interval_ms = max(value, 1)
+        elif setting == "throughput_override":
+            iface.throughput_override = value // 100
+        else:
+            iface.hop_penalty = value
+        log.info("%s: %s set to %s", iface.name, setting, value)
+        return await self.cmd_hardif_get(args, writer)
 
     # --- settings ---------------------------------------------------------------------------
 

@@ -22,6 +22,22 @@ class LinkInfo:
     up: bool
 
 
+def link_speed(ifname: str) -> tuple[int | None, bool]:
+    """(Mbit/s or None, full duplex) as ethtool reports it, read from sysfs."""
+    base = f"/sys/class/net/{ifname}/"
+    try:
+        with open(base + "speed") as f:
+            speed = int(f.read().strip())
+    except (OSError, ValueError):
+        speed = None
+    try:
+        with open(base + "duplex") as f:
+            duplex = f.read().strip() == "full"
+    except OSError:
+        duplex = False
+    return (speed if speed and speed > 0 else None), duplex
+
+
 def link_info(ifname: str) -> LinkInfo | None:
     return _executor.submit(_link_info, ifname).result()
 

@@ -16,6 +16,7 @@ from batmand.core.config import MeshConfig
 from .protocol import default_socket_path
 
 DAEMON_KEYS = {"interfaces", "workers", "control_socket", "meshif", "mac"}
+HARDIF_KEYS = {"elp_interval", "throughput_override", "hop_penalty"}
 
 
 @dataclass
@@ -26,6 +27,8 @@ class Options:
     workers: int = 0
     mac: str | None = None  # soft interface MAC; random locally administered when unset
     mesh: MeshConfig = field(default_factory=MeshConfig)
+    # per hard interface: {"eth0": {"throughput_override": kbit/s, "elp_interval": ms, "hop_penalty": n}}
+    hardif: dict = field(default_factory=dict)
 
     @property
     def socket_path(self) -> str:
@@ -59,7 +62,14 @@ def _convert(name: str, raw, current):
 def _apply(options: Options, values: dict, source: str) -> None:
     mesh_fields = {f.name: f for f in dataclasses.fields(MeshConfig)}
     for key, raw in values.items():
-        if key in DAEMON_KEYS:
+        if key == "hardif" and isinstance(raw, dict):
+            for ifname, settings in raw.items():
+                for name, value in (settings or {}).items():
+                    _apply_hardif(options, ifname, name, value, source)
+        elif key.startswith("hardif.") and key.count(".") == 2:
+            _, ifname, name = key.split(".")
+            _apply_hardif(options, ifname, name, raw, source)
+        elif key in DAEMON_KEYS:
             current = getattr(options, key)
             value = _convert(key, raw, current if current is not None else "")
             setattr(options, key, value)
@@ -67,6 +77,25 @@ def _apply(options: Options, values: dict, source: str) -> None:
             setattr(options.mesh, key, _convert(key, raw, getattr(options.mesh, key)))
         else:
             raise OptionsError(f"{source}: unknown setting {key!r}")
+
+
+def parse_throughput(value) -> int:
+    """kbit/s from a number (kbit) or a string with kbit/mbit/gbit, as batctl takes it."""
+    text = str(value).strip().lower()
+    for unit, factor in (("gbit", 1_000_000), ("mbit", 1000), ("kbit", 1)):
+        if text.endswith(unit):
+            return int(float(text[: -len(unit)]) * factor)
+    return int(float(text))
+
+
+def _apply_hardif(options: Options, ifname: str, name: str, value, source: str) -> None:
+    if name not in HARDIF_KEYS:
+        raise OptionsError(f"{source}: unknown hard-interface setting {name!r} (for {ifname})")
+    try:
+        number = parse_throughput(value) if name == "throughput_override" else int(value)
+    except (TypeError, ValueError):
+        raise OptionsError(f"{source}: {ifname}.{name}: not a number: {value!r}") from None
+    options.hardif.setdefault(ifname, {})[name] = number
 
 
 def parser() -> argparse.ArgumentParser:
@@ -77,7 +106,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="FILE", help="TOML file (default /etc/batmand/<meshif>.toml if present)")
     p.add_argument("--control-socket", metavar="PATH", help="control socket (default /run/batmand/<meshif>.sock)")
     p.add_argument("--workers", type=int, help="data-plane workers (0 = inline)")
-    p.add_argument("--routing-algo", choices=["BATMAN_IV"], help="routing algorithm")
+    p.add_argument("--routing-algo", choices=["BATMAN_IV", "BATMAN_V"], help="routing algorithm")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any configuration key")
     return p
 

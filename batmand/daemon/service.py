@@ -21,7 +21,7 @@ from batmand.wire import Mac
 
 from .control import ControlServer
 from .datapath import InlineDataPath
-from .links import link_info, set_up
+from .links import link_info, link_speed, set_up
 from .options import Options
 from .packet_socket import PacketSocket
 from .softif import SoftInterface
@@ -52,6 +52,7 @@ class Service:
         self._uid = random.randrange(256)
         self._stopped: asyncio.Event | None = None
         self._lock_fd: int | None = None
+        self._next_speed_check = 0.0
 
     @staticmethod
     def now() -> float:
@@ -80,6 +81,7 @@ class Service:
         mac = Mac(opts.mac) if opts.mac else None
         self.softif = SoftInterface(opts.meshif, mac, opts.mesh.mtu)
         self.mesh = Mesh(opts.mesh, soft_mac=Mac(self.softif.mac), now=self.now())
+        self.mesh.log = lambda message: log.warning("%s", message)
         try:
             for ifname in opts.interfaces:
                 self.add_interface(ifname)
@@ -140,9 +142,20 @@ class Service:
         self.ifindex[ifname] = info.index
         self.loop.add_reader(sock.fileno(), self._on_hardif, ifname)
         self._apply(self.mesh.add_interface(self.now(), ifname, Mac(info.mac), info.mtu))
+        iface = self.mesh.iface(ifname)
+        settings = self.options.hardif.get(ifname, {})
+        iface.throughput_override = settings.get("throughput_override", 0) // 100
+        iface.elp_interval_ms = settings.get("elp_interval", iface.elp_interval_ms)
+        iface.hop_penalty = settings.get("hop_penalty", iface.hop_penalty)
+        self._refresh_speed(iface)
         self._update_datapath_ifaces()
         log.info("interface %s added (MAC %s, MTU %d)%s", ifname, Mac(info.mac), info.mtu,
                  " as primary" if self.mesh.primary and self.mesh.primary.name == ifname else "")
+
+    @staticmethod
+    def _refresh_speed(iface) -> None:
+        """The link speed B.A.T.M.A.N. V uses when there is no override (ethtool's view)."""
+        iface.link_speed_mbit, iface.full_duplex = link_speed(iface.name)
 
     def remove_interface(self, ifname: str) -> None:
         if ifname not in self.sockets:
@@ -235,6 +248,10 @@ class Service:
         seen = self.datapath.take_seen()
         if seen:
             self.mesh.tt.refresh_local(seen)
+        if now >= self._next_speed_check:  # link speeds can change (the kernel asks on every ELP)
+            self._next_speed_check = now + 10.0
+            for iface in self.mesh.active_ifaces():
+                self._refresh_speed(iface)
         self._apply(self.mesh.tick(now))
 
     # --- ping / traceroute support for the control socket ------------------------------------------------

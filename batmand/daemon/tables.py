@@ -37,17 +37,27 @@ def originators(mesh: Mesh, now: float, ifindex: dict) -> list[dict]:
             info = neigh.ifinfo_get(None)
             if info is None:
                 continue
-            rows.append({"orig_address": str(orig_node.orig), "neigh_address": str(neigh.addr),
-                         "hard_ifname": neigh.if_incoming.name, "hard_ifindex": ifindex.get(neigh.if_incoming.name, 0),
-                         "last_seen_msecs": _msecs(now, orig_node.last_seen), "tq": info.tq_avg,
-                         "best": neigh is best})
+            row = {"orig_address": str(orig_node.orig), "neigh_address": str(neigh.addr),
+                   "hard_ifname": neigh.if_incoming.name, "hard_ifindex": ifindex.get(neigh.if_incoming.name, 0),
+                   "last_seen_msecs": _msecs(now, orig_node.last_seen), "best": neigh is best}
+            if mesh.algo.name == "BATMAN_V":
+                row["throughput"] = info.throughput * 100  # kbit/s, as the kernel reports it
+            else:
+                row["tq"] = info.tq_avg
+            rows.append(row)
     return rows
 
 
 def neighbors(mesh: Mesh, now: float, ifindex: dict) -> list[dict]:
-    return [{"neigh_address": str(n.addr), "hard_ifname": iface.name, "hard_ifindex": ifindex.get(iface.name, 0),
-             "last_seen_msecs": _msecs(now, n.last_seen)}
-            for iface in mesh.ifaces for n in iface.neighbours.values()]
+    rows = []
+    for iface in mesh.ifaces:
+        for n in iface.neighbours.values():
+            row = {"neigh_address": str(n.addr), "hard_ifname": iface.name,
+                   "hard_ifindex": ifindex.get(iface.name, 0), "last_seen_msecs": _msecs(now, n.last_seen)}
+            if mesh.algo.name == "BATMAN_V":
+                row["throughput"] = n.throughput * 100  # kbit/s
+            rows.append(row)
+    return rows
 
 
 def transtable_local(mesh: Mesh, now: float) -> list[dict]:

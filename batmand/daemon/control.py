@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import grp
 import logging
 import os
+import pwd
+import socket
+import struct
 
 from batmand.core.ping import PingSession, TracerouteSession
 from batmand.wire import Mac
@@ -34,11 +38,23 @@ def _mac(value) -> Mac:
         raise CommandError(f"not a MAC address: {value}") from None
 
 
+def _peer_credentials(writer) -> tuple[int, int, int] | None:
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return None
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", raw)  # pid, uid, gid
+
+
 class ControlServer:
-    def __init__(self, service, path: str) -> None:
+    def __init__(self, service, path: str, group: str = "", max_request: int = 65536) -> None:
         self.service = service
         self.path = path
+        self.group = group
+        self.max_request = max_request
         self.server: asyncio.AbstractServer | None = None
+        self._gid: int | None = None
+        self._members: set[str] = set()
 
     async def start(self) -> None:
         os.makedirs(os.path.dirname(self.path) or ".", mode=0o755, exist_ok=True)
@@ -46,10 +62,36 @@ class ControlServer:
             os.unlink(self.path)  # a stale socket; a live daemon was ruled out before
         old = os.umask(0o177)
         try:
-            self.server = await asyncio.start_unix_server(self._client, path=self.path)
+            self.server = await asyncio.start_unix_server(self._client, path=self.path, limit=self.max_request)
         finally:
             os.umask(old)
-        os.chmod(self.path, 0o600)
+        if self.group:
+            try:
+                entry = grp.getgrnam(self.group)
+            except KeyError:
+                raise ValueError(f"control_group {self.group!r} does not exist") from None
+            self._gid, self._members = entry.gr_gid, set(entry.gr_mem)
+            os.chown(self.path, -1, self._gid)
+            os.chmod(self.path, 0o660)
+        else:
+            os.chmod(self.path, 0o600)
+
+    def _allowed(self, writer) -> bool:
+        """root, our own user, or (with control_group) a member of that group."""
+        creds = _peer_credentials(writer)
+        if creds is None:
+            return False
+        _, uid, gid = creds
+        if uid in (0, os.getuid()):
+            return True
+        if self._gid is None:
+            return False
+        if gid == self._gid:
+            return True
+        try:
+            return pwd.getpwuid(uid).pw_name in self._members
+        except KeyError:
+            return False
 
     async def close(self) -> None:
         if self.server is not None:
@@ -61,8 +103,23 @@ class ControlServer:
             pass
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        logged = False
         try:
-            while line := await reader.readline():
+            if not self._allowed(writer):
+                log.warning("control socket: refused a client without permission %s", _peer_credentials(writer))
+                writer.write(protocol.encode({"ok": False, "error": "permission denied"}))
+                await writer.drain()
+                return
+            while True:
+                try:
+                    line = await reader.readline()
+                except (asyncio.LimitOverrunError, ValueError):
+                    writer.write(protocol.encode({"ok": False, "error": f"request larger than {self.max_request} bytes"}))
+                    await writer.drain()
+                    log.warning("control socket: request larger than %d bytes; connection closed", self.max_request)
+                    return
+                if not line:
+                    break
                 try:
                     request = protocol.decode(line)
                     cmd, args = request.get("cmd"), request.get("args") or {}
@@ -75,6 +132,9 @@ class ControlServer:
                     reply = {"ok": False, "error": str(exc)}
                 except (ValueError, TypeError) as exc:
                     reply = {"ok": False, "error": f"bad request: {exc}"}
+                    if not logged:  # once per connection: a confused client must not flood the log
+                        log.warning("control socket: malformed request (%s)", exc)
+                        logged = True
                 writer.write(protocol.encode(reply))
                 await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -186,12 +246,14 @@ class ControlServer:
     async def cmd_if_add(self, args, writer):
         try:
             self.service.add_interface(str(args.get("ifname")))
+            self.service.wanted.add(str(args.get("ifname")))
         except (OSError, ValueError) as exc:
             raise CommandError(str(exc)) from None
         return await self.cmd_interfaces(args, writer)
 
     async def cmd_if_del(self, args, writer):
         try:
+            self.service.wanted.discard(str(args.get("ifname")))
             self.service.remove_interface(str(args.get("ifname")))
         except ValueError as exc:
             raise CommandError(str(exc)) from None

@@ -15,7 +15,8 @@ from batmand.core.config import MeshConfig
 
 from .protocol import default_socket_path
 
-DAEMON_KEYS = {"interfaces", "workers", "control_socket", "meshif", "mac"}
+DAEMON_KEYS = {"interfaces", "workers", "control_socket", "meshif", "mac", "state_dir", "control_group",
+               "control_max_request"}
 HARDIF_KEYS = {"elp_interval", "throughput_override", "hop_penalty"}
 
 
@@ -26,13 +27,24 @@ class Options:
     control_socket: str | None = None
     workers: int = 0
     mac: str | None = None  # soft interface MAC; random locally administered when unset
+    state_dir: str | None = None  # seqnos kept across restarts ("" disables; default below)
+    control_group: str = ""  # a group allowed to use the control socket (mode 0660)
+    control_max_request: int = 65536  # bytes per control request line
     mesh: MeshConfig = field(default_factory=MeshConfig)
     # per hard interface: {"eth0": {"throughput_override": kbit/s, "elp_interval": ms, "hop_penalty": n}}
     hardif: dict = field(default_factory=dict)
+    argv: list | None = None  # the command line, to read the configuration again on SIGHUP
 
     @property
     def socket_path(self) -> str:
         return self.control_socket or default_socket_path(self.meshif)
+
+    @property
+    def state_directory(self) -> str:
+        """/var/lib/batmand, or next to a relocated control socket (labs run many daemons)."""
+        if self.state_dir is not None:
+            return self.state_dir
+        return os.path.dirname(self.control_socket) if self.control_socket else "/var/lib/batmand"
 
 
 class OptionsError(ValueError):
@@ -107,12 +119,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--control-socket", metavar="PATH", help="control socket (default /run/batmand/<meshif>.sock)")
     p.add_argument("--workers", type=int, help="data-plane workers (0 = inline)")
     p.add_argument("--routing-algo", choices=["BATMAN_IV", "BATMAN_V"], help="routing algorithm")
+    p.add_argument("--state-dir", metavar="DIR", help="where seqnos are kept across restarts")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any configuration key")
     return p
 
 
 def load(argv: list[str] | None = None) -> Options:
     args = parser().parse_args(argv)
+    options = _load(args)
+    options.argv = list(argv) if argv is not None else None
+    return options
+
+
+def _load(args) -> Options:
     options = Options()
     meshif = args.meshif or "bat0"
     path = args.config or f"/etc/batmand/{meshif}.toml"
@@ -141,6 +160,8 @@ def load(argv: list[str] | None = None) -> Options:
         cli["workers"] = args.workers
     if args.routing_algo:
         cli["routing_algo"] = args.routing_algo
+    if args.state_dir is not None:
+        cli["state_dir"] = args.state_dir
     _apply(options, cli, "command line")
     if options.workers != 0:
         raise OptionsError("only --workers 0 (inline data path) is available in this version")

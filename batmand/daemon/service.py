@@ -21,7 +21,9 @@ from batmand.wire import Mac
 
 from .control import ControlServer
 from .datapath import InlineDataPath
+from . import state
 from .links import link_info, link_speed, set_up
+from .notify import Notifier
 from .options import Options
 from .packet_socket import PacketSocket
 from .softif import SoftInterface
@@ -45,7 +47,7 @@ class Service:
         self.sockets: dict[str, PacketSocket] = {}
         self.ifindex: dict[str, int] = {}
         self.datapath = InlineDataPath(self._send, self._deliver)
-        self.control = ControlServer(self, options.socket_path)
+        self.control = ControlServer(self, options.socket_path, options.control_group, options.control_max_request)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = float("inf")
         self._icmp: dict[int, tuple[object, asyncio.Event]] = {}
@@ -53,6 +55,9 @@ class Service:
         self._stopped: asyncio.Event | None = None
         self._lock_fd: int | None = None
         self._next_speed_check = 0.0
+        self.notifier = Notifier()
+        self.wanted: set[str] = set()  # hard interfaces to keep attached (configured or added)
+        self.state_file = state.state_path(options.state_directory, options.meshif) if options.state_directory else ""
 
     @staticmethod
     def now() -> float:
@@ -82,20 +87,99 @@ class Service:
         self.softif = SoftInterface(opts.meshif, mac, opts.mesh.mtu)
         self.mesh = Mesh(opts.mesh, soft_mac=Mac(self.softif.mac), now=self.now())
         self.mesh.log = lambda message: log.warning("%s", message)
+        housekeeping = None
         try:
             for ifname in opts.interfaces:
+                self.wanted.add(ifname)
                 self.add_interface(ifname)
+            if self.state_file and state.restore(self.state_file, self.mesh):
+                log.info("continuing the sequence numbers saved in %s", self.state_file)
             self.softif.up()
             self.loop.add_reader(self.softif.fd, self._on_tap)
             await self.control.start()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self.loop.add_signal_handler(sig, self._stopped.set)
+            self.loop.add_signal_handler(signal.SIGHUP, self.reload)
             log.info("%s up: MAC %s, interfaces %s, control socket %s", opts.meshif, self.mesh.soft_mac,
                      ", ".join(opts.interfaces) or "none", opts.socket_path)
             self._reschedule()
+            self.notifier.send(READY=1, STATUS=self._status())
+            housekeeping = asyncio.create_task(self._housekeeping())
             await self._stopped.wait()
+            self.notifier.send(STOPPING=1)
         finally:
+            if housekeeping is not None:
+                housekeeping.cancel()
             await self.shutdown()
+
+    def _status(self) -> str:
+        mesh = self.mesh
+        routed = sum(1 for o in mesh.originators.nodes.values() if o.router() is not None)
+        return (f"{mesh.algo.name}, {len(mesh.active_ifaces())} interfaces, {routed} originators, "
+                f"{len(mesh.tt.global_)} global clients")
+
+    async def _housekeeping(self) -> None:
+        """Once a second: watchdog and status, hard interfaces that vanished or came back,
+        and every SAVE_PERIOD the seqno state."""
+        next_save = self.now() + state.SAVE_PERIOD
+        interval = min(1.0, self.notifier.watchdog_interval or 1.0)
+        while True:
+            await asyncio.sleep(interval)
+            self.notifier.send(WATCHDOG=1, STATUS=self._status())
+            self._check_interfaces()
+            if self.state_file and self.now() >= next_save:
+                next_save = self.now() + state.SAVE_PERIOD
+                state.save(self.state_file, self.mesh)
+
+    def _check_interfaces(self) -> None:
+        for ifname in sorted(self.wanted):
+            present = os.path.exists(f"/sys/class/net/{ifname}")
+            if ifname in self.sockets and not present:
+                log.warning("interface %s disappeared; it is re-attached when it comes back", ifname)
+                self.remove_interface(ifname)
+            elif ifname not in self.sockets and present:
+                try:
+                    self.add_interface(ifname)
+                    log.info("interface %s is back", ifname)
+                except (OSError, ValueError) as exc:
+                    log.warning("cannot re-attach %s: %s", ifname, exc)
+
+    def reload(self) -> None:
+        """SIGHUP: read the configuration again; apply what can change while running."""
+        from .options import OptionsError, load
+
+        self.notifier.send(RELOADING=1)
+        try:
+            new = load(self.options.argv)
+        except OptionsError as exc:
+            log.error("reload failed, keeping the running configuration: %s", exc)
+            self.notifier.send(READY=1)
+            return
+        fixed = ("routing_algo", "mtu")
+        for name in fixed:
+            if getattr(new.mesh, name) != getattr(self.options.mesh, name):
+                log.warning("%s changed in the configuration; it takes effect after a restart", name)
+                setattr(new.mesh, name, getattr(self.options.mesh, name))
+        for key in ("meshif", "control_socket", "mac", "state_dir"):
+            if getattr(new, key) != getattr(self.options, key):
+                log.warning("%s changed in the configuration; it takes effect after a restart", key)
+        self.mesh.config.__dict__.update(new.mesh.__dict__)
+        self.options.hardif = new.hardif
+        for ifname in set(new.interfaces) - self.wanted:
+            self.wanted.add(ifname)
+        for ifname in self.wanted - set(new.interfaces):
+            self.wanted.discard(ifname)
+            if ifname in self.sockets:
+                self.remove_interface(ifname)
+        for iface in self.mesh.ifaces:
+            settings = new.hardif.get(iface.name, {})
+            iface.throughput_override = settings.get("throughput_override", 0) // 100
+            iface.elp_interval_ms = settings.get("elp_interval", 500)
+            iface.hop_penalty = settings.get("hop_penalty", 0)
+        self._check_interfaces()
+        self.options.interfaces = sorted(self.wanted)
+        log.info("configuration reloaded")
+        self.notifier.send(READY=1, STATUS=self._status())
 
     def stop(self) -> None:
         if self._stopped is not None:
@@ -104,6 +188,8 @@ class Service:
     async def shutdown(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
+        if self.mesh is not None and self.state_file:
+            state.save(self.state_file, self.mesh)
         for name in list(self.sockets):
             self._close_socket(name)
         if self.softif is not None:

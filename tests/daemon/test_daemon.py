@@ -112,3 +112,47 @@ def test_settings_over_the_control_socket(node):
     assert ctl("hp", "300").returncode != 0
     ra = ctl("ra").stdout
     assert "bat0: BATMAN_IV" in ra and "BATMAN_IV" in ra
+
+
+def _raw_request(ns, sock, payload: bytes, user: str | None = None) -> bytes:
+    code = ("import socket,sys\n"
+            "s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])\n"
+            "try:\n    s.sendall(sys.stdin.buffer.read()); s.shutdown(socket.SHUT_WR)\n"
+            "except BrokenPipeError:\n    pass\n"
+            "sys.stdout.write(s.makefile('rb').read().decode())\n")
+    # the system python: an unprivileged user cannot reach the venv's interpreter under /root
+    argv = ["/usr/bin/python3", "-c", code, sock]
+    if user:
+        argv = ["setpriv", f"--reuid={user}", "--regid=65534", "--clear-groups"] + argv
+    return subprocess.run(in_netns(ns, argv), input=payload, capture_output=True, timeout=30).stdout
+
+
+def test_control_socket_is_guarded(node):
+    ns, _, start, ctl = node
+    # a directory everyone may enter, so that only the socket itself guards the daemon
+    import tempfile
+    shared = tempfile.mkdtemp(prefix="bmd-guard-")
+    os.chmod(shared, 0o755)
+    sock = os.path.join(shared, "bat0.sock")
+    proc, log = start("-i", "e0", "--control-socket", sock)
+    wait_for(lambda: os.path.exists(sock), timeout=15)
+    # malformed requests get an error (and one log line), the connection stays usable
+    out = _raw_request(ns, sock, b"{not json\n" + b"[1,2]\n" + b'{"cmd": "mesh_info"}\n')
+    lines = [json.loads(x) for x in out.splitlines()]
+    assert [x["ok"] for x in lines] == [False, False, True]
+    assert _read(log).count("malformed request") == 1
+    # a request over the size limit ends the connection with an error
+    out = _raw_request(ns, sock, b'{"cmd": "' + b"x" * 100_000 + b'"}\n')
+    assert b"larger than" in out
+    # another (unprivileged) user may not talk to the daemon: the socket is 0600, and with
+    # the file mode out of the way the peer-credential check still refuses
+    os.chmod(sock, 0o666)
+    os.chmod(sock, 0o600)
+    assert _raw_request(ns, sock, b'{"cmd": "mesh_info"}\n', user="nobody") == b""  # the file mode refuses
+    os.chmod(sock, 0o666)
+    out = _raw_request(ns, sock, b'{"cmd": "mesh_info"}\n', user="nobody")
+    assert b"permission denied" in out
+    assert proc.poll() is None
+    proc.terminate()
+    proc.wait(timeout=15)
+    os.rmdir(shared) if not os.listdir(shared) else None

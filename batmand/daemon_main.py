@@ -11,6 +11,11 @@ from batmand.daemon.service import AlreadyRunning, Service
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["install-unit"]:
+        from batmand.daemon.install import main as install
+
+        return install(argv[1:])
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="batmand[%(name)s] %(levelname)s %(message)s")
     try:
         options = load(argv)

@@ -121,17 +121,30 @@ class Service:
     async def _housekeeping(self) -> None:
         """Once a second: watchdog and status, hard interfaces that vanished or came back,
         and every SAVE_PERIOD the seqno state."""
-        next_save = self.now() + state.SAVE_PERIOD
+        next_save = self.now() + 1.0  # soon after start, then every SAVE_PERIOD
         interval = min(1.0, self.notifier.watchdog_interval or 1.0)
         while True:
             await asyncio.sleep(interval)
             self.notifier.send(WATCHDOG=1, STATUS=self._status())
             self._check_interfaces()
             if self.state_file and self.now() >= next_save:
-                next_save = self.now() + state.SAVE_PERIOD
+                next_save = self.now() + 1.0  # soon after start, then every SAVE_PERIOD
                 state.save(self.state_file, self.mesh)
 
     def _check_interfaces(self) -> None:
+        changed = False
+        for iface in self.mesh.active_ifaces():  # MTU changes at run time: fragment to the new size
+            try:
+                with open(f"/sys/class/net/{iface.name}/mtu") as f:
+                    mtu = int(f.read())
+            except (OSError, ValueError):
+                continue
+            if mtu != iface.mtu:
+                log.info("interface %s: MTU %d -> %d", iface.name, iface.mtu, mtu)
+                iface.mtu = mtu
+                changed = True
+        if changed:
+            self._update_datapath_ifaces()
         for ifname in sorted(self.wanted):
             present = os.path.exists(f"/sys/class/net/{ifname}")
             if ifname in self.sockets and not present:

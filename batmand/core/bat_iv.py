@@ -196,13 +196,16 @@ class BatmanIV:
         if ogm.packet_type != 0:
             return
         if mesh.is_my_mac(eth_src):
+            mesh.counters.drop("ogm_from_myself")
             return
         if mesh.is_my_mac(ogm.orig):
             self._count_echo(if_incoming, eth_src, ogm)
             return
         if mesh.is_my_mac(ogm.prev_sender):
+            mesh.counters.drop("ogm_my_rebroadcast")
             return
         if ogm.flags & OgmFlags.NOT_BEST_NEXT_HOP:
+            mesh.counters.drop("ogm_not_best_next_hop")
             return
         orig_node = mesh.originators.get_or_create(ogm.orig, now)
         if orig_node is None:

@@ -58,7 +58,8 @@ class Broadcast:
             mesh.counters.drop("bcast_bad_address")
             return
         if mesh.is_my_mac(packet.orig):
-            return  # our own broadcast came back
+            mesh.counters.drop("bcast_own")  # our own broadcast came back
+            return
         if packet.ttl < 2:
             mesh.counters.drop("bcast_ttl")
             return
@@ -67,7 +68,8 @@ class Broadcast:
             mesh.counters.drop("bcast_unknown_originator")
             return
         if bit_is_set(orig_node.bcast_bits, orig_node.last_bcast_seqno, packet.seqno):
-            return  # duplicate
+            mesh.counters.drop("bcast_duplicate")
+            return
         diff = seq_diff32(packet.seqno, orig_node.last_bcast_seqno)
         drop, orig_node.bcast_seqno_reset, _ = window_protected(
             diff, now, orig_node.bcast_seqno_reset, mesh.config.reset_protection_ms / 1000.0)

@@ -163,7 +163,10 @@ class ControlServer:
         return tables.transtable_global(self.service.mesh)
 
     async def cmd_statistics(self, args, writer):
-        return tables.statistics(self.service.mesh, self.service.datapath.counters)
+        stats = tables.statistics(self.service.mesh, self.service.datapath.counters)
+        # frames lost at the packet sockets before the daemon could read them
+        stats["drop_socket_buffer"] = sum(s.statistics()[1] for s in self.service.sockets.values())
+        return stats
 
     async def cmd_routing_algos(self, args, writer):
         algo = self.service.mesh.algo.name

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import socket
+import struct
 
 from batmand.wire import ETH_P_BATMAN
 
 SOL_PACKET = 263
+PACKET_STATISTICS = 6
 PACKET_IGNORE_OUTGOING = 23
 RCVBUF = 4 * 1024 * 1024
 
 
 class PacketSocket:
-    def __init__(self, ifname: str) -> None:
+    def __init__(self, ifname: str, counters=None) -> None:
         self.ifname = ifname
+        self.counters = counters if counters is not None else {}
+        self.kernel_drops = 0  # frames the kernel dropped at this socket (buffer full)
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_BATMAN))
         try:
             self.sock.bind((ifname, ETH_P_BATMAN))
@@ -37,6 +41,17 @@ class PacketSocket:
                 return None
             if addr[2] != socket.PACKET_OTHERHOST:
                 return data
+            self.counters["drop_other_host"] = self.counters.get("drop_other_host", 0) + 1
+
+    def statistics(self) -> tuple[int, int]:
+        """PACKET_STATISTICS (reset by every read): (frames seen, frames dropped), summed here."""
+        try:
+            raw = self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
+        except OSError:
+            return 0, self.kernel_drops
+        packets, drops = struct.unpack("II", raw)
+        self.kernel_drops += drops
+        return packets, self.kernel_drops
 
     def send(self, frame) -> bool:
         try:

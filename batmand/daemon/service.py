@@ -236,7 +236,7 @@ class Service:
                             "to %d.", ifname, info.mtu, required)
         if not info.up:
             set_up(ifname)
-        sock = PacketSocket(ifname)
+        sock = PacketSocket(ifname, self.datapath.counters)
         self.sockets[ifname] = sock
         self.ifindex[ifname] = info.index
         self.loop.add_reader(sock.fileno(), self._on_hardif, ifname)

@@ -23,8 +23,8 @@ The storm: a primer sent at a rate the daemon absorbs fills the originator, TT, 
 TT request and fragment limits (all at their defaults); then 1,000,000 frames as fast as
 the sender goes, with RSS taken after the first 300,000 (limits full) and at the end.
 
-test_frames_for_another_host_are_counted (strict xfail) shows the one place where frames
-that reach the daemon vanish without a counter: PACKET_OTHERHOST frames.
+test_frames_for_another_host_are_counted: frames for another host (PACKET_OTHERHOST) that
+reach the daemon are counted too (drop_other_host).
 
 Run: `.venv/bin/python -m pytest -s tests/daemon/test_storm.py` (root; -s shows the summary).
 """
@@ -627,11 +627,6 @@ OTHERHOST_FRAMES = 1_000
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "batmand reads frames for another host (pkt_type PACKET_OTHERHOST: unicast to a MAC that is not the "
-    "interface's) and drops them in PacketSocket.recv (batmand/daemon/packet_socket.py) without counting them; "
-    "the kernel drops them silently too, but issue 7 wants every frame that reaches the daemon processed or "
-    "counted by reason: it needs a drop counter there (e.g. drop_other_host)"))
 def test_frames_for_another_host_are_counted(storm_lab):
     """A frame the attacker addresses to some other MAC still reaches n2's socket (a veth
     delivers everything; so does a promiscuous NIC): the daemon must count what it discards."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -15,7 +16,8 @@ DEFAULT_PREFIX = "lab"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m batmand.lab", description="meshes of batmand nodes in network namespaces")
+    p = argparse.ArgumentParser(prog="python -m batmand.lab",
+                                description="meshes of batmand nodes (and kernel batman-adv VMs) in network namespaces")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def cmd(name: str, help: str) -> argparse.ArgumentParser:
@@ -23,7 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--prefix", default=DEFAULT_PREFIX, help=f"lab prefix: namespaces are PREFIX-NODE (default {DEFAULT_PREFIX})")
         return sp
 
-    sp = cmd("up", "build a lab from a topology, start batmand in every node, address the bat0s")
+    sp = cmd("up", "build a lab from a topology, start batmand in every node (boot the kernel nodes' VMs), "
+                   "address the bat0s")
     sp.add_argument("topology", help=f"a TOML file, or a shipped topology: {', '.join(shipped_names())}")
     sp.add_argument("--no-daemons", action="store_true", help="only namespaces, links and clients")
     sp.add_argument("--replace", action="store_true", help="remove a lab with the same prefix first")
@@ -33,19 +36,21 @@ def build_parser() -> argparse.ArgumentParser:
     sp = cmd("down", "stop everything of a lab and remove it (also leftovers after a crash)")
     sp.add_argument("--keep-logs", action="store_true", help="keep the daemon logs")
 
-    sp = cmd("exec", "run a command in a node's (or client's) namespace")
+    sp = cmd("exec", "run a command in a node's (or client's) namespace; on a kernel node: in its VM")
     sp.add_argument("node")
+    sp.add_argument("--netns", action="store_true", help="kernel node: run on the host in its namespace, not in the VM")
+    sp.add_argument("--timeout", type=float, default=None, help="kernel node: time limit in the VM (default 120 s)")
     sp.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
 
     sp = cmd("show", "nodes, interfaces, links with loss and rate, and `batmanctl o` per running daemon")
     sp.add_argument("--json", action="store_true")
     sp.add_argument("--no-originators", action="store_true", help="skip batmanctl o")
 
-    sp = cmd("start", "start batmand in the nodes (all by default) and address the bat0s")
+    sp = cmd("start", "start batmand (kernel nodes: boot the VM) in the nodes (all by default), address the bat0s")
     sp.add_argument("nodes", nargs="*")
     sp.add_argument("--timeout", type=float, default=10.0)
 
-    sp = cmd("stop", "stop batmand in the nodes (all by default)")
+    sp = cmd("stop", "stop batmand (kernel nodes: the VM) in the nodes (all by default)")
     sp.add_argument("nodes", nargs="*")
 
     sp = cmd("loss", "set the loss of link A-B")
@@ -66,10 +71,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("state", choices=["up", "down"])
 
     sub.add_parser("list", help="labs with namespaces or files left")
+    sp = sub.add_parser("kernel-image", help="build / show the kernel nodes' VM image (kernel-image -h)",
+                        add_help=False)
+    sp.add_argument("rest", nargs=argparse.REMAINDER)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["kernel-image"]:  # its own parser (build / show)
+        from . import kernel_image
+        return kernel_image.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return _run(args)
@@ -101,6 +113,9 @@ def _run(args) -> int:
                       f"(`down --prefix {args.prefix}` removes them)", file=sys.stderr)
                 raise
         print(lab.show(originators=False))
+        for node, secs in lab.boot_times().items():
+            if secs is not None:
+                print(f"kernel node {node}: VM ready {secs:g}s after QEMU started")
         return 0
     if args.command == "exec":
         argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
@@ -109,6 +124,16 @@ def _run(args) -> int:
         ns = f"{args.prefix}-{args.node}"
         if not net.namespace_exists(ns):
             raise LabError(f"no namespace {ns} (is lab {args.prefix} up?)")
+        lab = None
+        with contextlib.suppress(LabError, TopologyError):
+            lab = Lab.attach(args.prefix)
+        if lab is not None and args.node in lab.topology.nodes and lab.is_kernel(args.node) and not args.netns:
+            try:
+                return lab.exec(args.node, argv, timeout=args.timeout, capture=False).returncode
+            except subprocess.TimeoutExpired as exc:
+                sys.stdout.write(exc.output or "")
+                sys.stderr.write((exc.stderr or "") + f"lab: timed out after {exc.timeout:g}s in {args.node}'s VM\n")
+                return 124
         return subprocess.run(net.in_namespace(ns, argv)).returncode
     lab = Lab.attach(args.prefix)
     if args.command == "show":

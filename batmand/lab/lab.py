@@ -7,7 +7,16 @@ Names (prefix P, node N, peer M, client C):
 - in C, the veth toward its node:        eth0
 - daemon files:                          <lab_root>/P/N.toml (config), N.log (stdout+stderr),
                                          <run_root>/P/N/bat0.sock (control socket)
+- kernel node N (a VM, kernel_node.py):  in P-N, per link i the TAP kt<i> and the bridge kb<i>
+                                         (ports kt<i> and the link's veth); <lab_root>/P/N.log
+                                         (QEMU), N.console.log (guest console), <run_root>/P/N/
+                                         vm.json, vm.pid, ctl.sock (command channel)
 - lab state (for the CLI and `down`):    <lab_root>/P/state.json
+
+Kernel nodes and batmand nodes are driven alike: start_daemons() boots a kernel node's VM,
+stop_daemons() stops it, exec() runs the command in the guest (busybox userland, batctl,
+iperf3; `netns_exec` runs on the host side in the node's namespace instead), batmanctl()
+runs batctl there.
 """
 
 from __future__ import annotations
@@ -16,12 +25,14 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from . import kernel_node as kn
 from . import net
 from .topology import (
     BRIDGE, CLIENT_IFNAME, CLIENT_MTU, Topology, TopologyError, dumps_toml, format_rate, from_dict, load, parse_rate, to_dict,
@@ -53,6 +64,13 @@ def _venv_tool(name: str) -> list[str]:
         return [str(candidate)]
     found = shutil.which(name)
     return [found] if found else [name]
+
+
+def ifmac(ns: str, ifname: str) -> str:
+    for i in net.interfaces(ns):
+        if i["name"] == ifname:
+            return i["mac"]
+    raise LabError(f"{ns}: no interface {ifname}")
 
 
 def _tail(path: Path, lines: int = 20) -> str:
@@ -93,6 +111,7 @@ class Lab:
         self.pids: dict[str, int] = {}
         self.down_links: set[tuple[str, str]] = set()
         self._procs: dict[str, subprocess.Popen] = {}
+        self.vms: dict[str, kn.KernelVM] = {}  # kernel nodes' VMs (started or attached)
 
     # --- names ------------------------------------------------------------------------
 
@@ -108,6 +127,20 @@ class Lab:
         return list(self.topology.nodes)
 
     @property
+    def daemon_nodes(self) -> list[str]:
+        """Nodes that run batmand."""
+        return [n for n, node in self.topology.nodes.items() if node.kind != "kernel"]
+
+    @property
+    def kernel_nodes(self) -> list[str]:
+        """Nodes that run the kernel's batman-adv in a VM."""
+        return [n for n, node in self.topology.nodes.items() if node.kind == "kernel"]
+
+    def is_kernel(self, node: str) -> bool:
+        self.ns(node)
+        return node in self.topology.nodes and self.topology.nodes[node].kind == "kernel"
+
+    @property
     def namespaces(self) -> list[str]:
         return [self.ns(n) for n in [*self.topology.nodes, *self.topology.clients]]
 
@@ -120,6 +153,10 @@ class Lab:
     def log_path(self, node: str) -> Path:
         return self.lab_dir / f"{node}.log"
 
+    def console_path(self, node: str) -> Path:
+        """A kernel node's guest console (kernel messages, /init's progress)."""
+        return self.lab_dir / f"{node}.console.log"
+
     def address(self, name: str, family: int = 4, prefixlen: bool = False) -> str:
         """Mesh address of a node or client: 10.77.0.N / fd77::N by default."""
         self.ns(name)
@@ -131,10 +168,6 @@ class Lab:
         """Create namespaces, links (MTU, loss, rate), clients and the daemon config files.
         Starts no daemon (start_daemons, configure_mesh_addresses). On failure, everything
         built so far is removed again."""
-        kernel = [n.name for n in self.topology.nodes.values() if n.kind == "kernel"]
-        if kernel:
-            raise NotImplementedError(
-                f"kind = \"kernel\" nodes (the batman-adv kernel module in a VM) are not implemented yet: {', '.join(kernel)}")
         leftovers = net.list_namespaces(self.prefix)
         if leftovers:
             raise LabError(f"lab {self.prefix} already exists ({', '.join(leftovers)}); "
@@ -164,7 +197,13 @@ class Lab:
             for ifname in node.interfaces:
                 net.add_stub(self.ns(node.name), ifname, topo.mtu)
             self.run_dir.joinpath(node.name).mkdir(parents=True, exist_ok=True)
-            self.config_path(node.name).write_text(dumps_toml(topo.daemon_config(node.name)))
+            if node.kind == "kernel":
+                try:
+                    kn.plumb(self.ns(node.name), topo.kernel_wiring(node.name))
+                except kn.KernelNodeError as exc:
+                    raise LabError(str(exc)) from None
+            else:
+                self.config_path(node.name).write_text(dumps_toml(topo.daemon_config(node.name)))
         for node in topo.nodes:
             if topo.node_clients(node):
                 net.add_bridge(self.ns(node), BRIDGE)
@@ -194,7 +233,12 @@ class Lab:
         for proc in self._procs.values():
             with contextlib.suppress(Exception):
                 proc.wait(timeout=1)
+        for vm in self.vms.values():
+            if vm.proc is not None:
+                with contextlib.suppress(Exception):
+                    vm.proc.wait(timeout=1)
         self._procs.clear()
+        self.vms.clear()
         self.pids.clear()
         return removed
 
@@ -241,9 +285,13 @@ class Lab:
         lab = cls(topo, prefix, lab_root=lab_root, **kwargs)
         lab.pids = {k: int(v) for k, v in state.get("pids", {}).items()}
         lab.down_links = {tuple(x) for x in state.get("down_links", [])}
+        for node in lab.kernel_nodes:
+            vm = kn.KernelVM.attach(lab.run_dir / node)
+            if vm is not None:
+                lab.vms[node] = vm
         return lab
 
-    # --- daemons ----------------------------------------------------------------------
+    # --- daemons (and kernel nodes' VMs) -----------------------------------------------
 
     def daemon_command(self, node: str) -> list[str]:
         """The command line of a node's daemon (run inside the node's namespace)."""
@@ -256,14 +304,67 @@ class Lab:
     def batmanctl_command(self, node: str, *args: str) -> list[str]:
         return [*self.batmanctl_argv, "--socket", self.control_socket(node), *args]
 
+    def kernel_config(self, node: str) -> kn.KernelNodeConfig:
+        """What a kernel node's VM is started with (NICs, MACs, addresses, settings)."""
+        topo = self.topology
+        spec = topo.nodes[node]
+        wiring = topo.kernel_wiring(node)
+        macs, mesh_mac = kn.node_macs(spec.host, len(wiring))
+        try:
+            algo, settings, _ = kn.mesh_settings(topo.daemon_config(node))
+            hardif = kn.hardif_settings(topo.daemon_config(node), [veth for veth, _, _, _ in wiring])
+        except (kn.KernelNodeError, ValueError) as exc:
+            raise LabError(f"{node}: {exc}") from None
+        return kn.KernelNodeConfig(
+            name=node, netns=self.ns(node), run_dir=str(self.run_dir / node), log=str(self.log_path(node)),
+            console=str(self.console_path(node)),
+            nics=[kn.Nic(tap, mac, mtu) for (_, tap, _, mtu), mac in zip(wiring, macs)], mesh_mac=mesh_mac,
+            ipv4=topo.address(node, 4, prefixlen=True), ipv6=topo.address(node, 6, prefixlen=True),
+            algo=algo, settings=settings, hardif=hardif, setup=spec.kernel.get("setup", ""),
+            memory_mb=spec.kernel.get("memory_mb", kn.MEMORY_MB),
+        )
+
+    def vm(self, node: str) -> kn.KernelVM:
+        """A kernel node's VM (LabError if the node is no kernel node or was never started)."""
+        if not self.is_kernel(node):
+            raise LabError(f"{node} is not a kernel node")
+        vm = self.vms.get(node) or kn.KernelVM.attach(self.run_dir / node)
+        if vm is None:
+            raise LabError(f"{node}: the kernel node's VM was not started")
+        self.vms[node] = vm
+        return vm
+
     def start_daemons(self, nodes: list[str] | None = None, *, wait: bool = True, timeout: float = 10.0) -> None:
-        """Start batmand in each node (stdout and stderr to the node's log). With wait, return
-        once every control socket exists; a daemon that exits or is not ready within timeout
-        raises LabError with the end of its log."""
+        """Start batmand in each node (stdout and stderr to the node's log), and boot the VM
+        of each kernel node (they boot in parallel, in the background). With wait, return
+        once every control socket exists and every VM is ready; a daemon or VM that exits or
+        is not ready in time (timeout; at least kernel_node.BOOT_TIMEOUT for VMs) raises
+        LabError with the end of its log."""
         nodes = self.nodes if nodes is None else nodes
+        kernel = [n for n in nodes if self.is_kernel(n)]
         for node in nodes:
             if self.daemon_running(node):
-                raise LabError(f"{node}: batmand already runs (pid {self.pids[node]})")
+                what = "its VM" if node in kernel else "batmand"
+                raise LabError(f"{node}: {what} already runs (pid {self.pids[node]})")
+        if kernel:
+            ok, why = kn.kernel_nodes_available(len(kernel))
+            if not ok:
+                raise LabError(f"cannot start kernel node(s) {', '.join(kernel)}: {why}")
+        for node in kernel:  # first: they take longest
+            vm = kn.KernelVM(self.kernel_config(node))
+            _, _, ignored = kn.mesh_settings(self.topology.daemon_config(node))
+            if ignored:
+                with open(self.log_path(node), "a") as log:
+                    log.write(f"--- lab: a kernel node has no setting(s) {', '.join(sorted(ignored))}: ignored\n")
+            try:
+                vm.boot()
+            except (kn.KernelNodeError, OSError) as exc:
+                raise LabError(f"{node}: cannot start the VM: {exc}") from None
+            self.vms[node] = vm
+            self.pids[node] = vm.pid
+        for node in nodes:
+            if node in kernel:
+                continue
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.control_socket(node))
             Path(self.control_socket(node)).parent.mkdir(parents=True, exist_ok=True)
@@ -284,12 +385,19 @@ class Lab:
     def wait_daemons(self, nodes: list[str] | None = None, timeout: float = 10.0) -> None:
         nodes = self.nodes if nodes is None else nodes
         deadline = time.monotonic() + timeout
-        pending = list(nodes)
+        pending = [n for n in nodes if not self.is_kernel(n)]
         while pending:
+            if any(not self.daemon_running(n) for n in pending):
+                # report the first one in node order that failed: give the others a moment
+                # to fail too (daemons started together often fail together)
+                settle = time.monotonic() + 0.5
+                while time.monotonic() < settle and any(
+                        self.daemon_running(n) and not os.path.exists(self.control_socket(n)) for n in pending):
+                    time.sleep(0.02)
+                node = next(n for n in pending if not self.daemon_running(n))
+                raise LabError(f"{node}: batmand exited{self._exit_status(node)}; "
+                               f"log {self.log_path(node)}:\n{_tail(self.log_path(node))}")
             for node in list(pending):
-                if not self.daemon_running(node):
-                    raise LabError(f"{node}: batmand exited{self._exit_status(node)}; "
-                                   f"log {self.log_path(node)}:\n{_tail(self.log_path(node))}")
                 if os.path.exists(self.control_socket(node)):
                     pending.remove(node)
             if pending and time.monotonic() > deadline:
@@ -298,6 +406,12 @@ class Lab:
                                f"within {timeout:g}s; log {self.log_path(node)}:\n{_tail(self.log_path(node))}")
             if pending:
                 time.sleep(0.05)
+        vm_deadline = time.monotonic() + max(timeout, kn.BOOT_TIMEOUT)
+        for node in [n for n in nodes if self.is_kernel(n)]:
+            try:
+                self.vm(node).wait_ready(max(0.1, vm_deadline - time.monotonic()))
+            except kn.KernelNodeError as exc:
+                raise LabError(str(exc)) from None
 
     def _exit_status(self, node: str) -> str:
         proc = self._procs.get(node)
@@ -306,6 +420,10 @@ class Lab:
         return ""
 
     def daemon_running(self, node: str) -> bool:
+        """batmand runs in the node, or (kernel node) its VM runs."""
+        if self.is_kernel(node):
+            vm = self.vms.get(node) or kn.KernelVM.attach(self.run_dir / node)
+            return vm is not None and vm.alive()
         pid = self.pids.get(node)
         if pid is None:
             return False
@@ -315,9 +433,15 @@ class Lab:
         return net.pid_in_namespace(pid, self.ns(node))
 
     def stop_daemons(self, nodes: list[str] | None = None, timeout: float | None = None) -> None:
-        """SIGTERM the daemons, SIGKILL those still running after timeout."""
+        """SIGTERM the daemons and VMs, SIGKILL those still running after timeout."""
         nodes = self.nodes if nodes is None else nodes
         timeout = self.stop_timeout if timeout is None else timeout
+        for node in [n for n in nodes if self.is_kernel(n)]:
+            vm = self.vms.pop(node, None) or kn.KernelVM.attach(self.run_dir / node)
+            if vm is not None:
+                vm.stop(timeout)
+            self.pids.pop(node, None)
+        nodes = [n for n in nodes if not self.is_kernel(n)]
         pids = [self.pids[n] for n in nodes if self.daemon_running(n)]
         net.terminate(pids, timeout)
         for node in nodes:
@@ -331,9 +455,10 @@ class Lab:
 
     def configure_mesh_addresses(self, nodes: list[str] | None = None, timeout: float = 10.0) -> None:
         """Wait for each daemon's soft interface, then: with clients, make it a port of br0;
-        give the node its mesh addresses (on br0 with clients, else on bat0); bring it up."""
+        give the node its mesh addresses (on br0 with clients, else on bat0); bring it up.
+        (Kernel nodes are skipped: their guest does this itself.)"""
         topo = self.topology
-        nodes = self.nodes if nodes is None else nodes
+        nodes = [n for n in (self.nodes if nodes is None else nodes) if not self.is_kernel(n)]
         deadline = time.monotonic() + timeout
         for node in nodes:
             ns = self.ns(node)
@@ -355,27 +480,94 @@ class Lab:
             net.set_up(ns, mesh_if)
 
     def start(self, timeout: float = 10.0) -> None:
-        """start_daemons() and configure_mesh_addresses()."""
-        self.start_daemons(timeout=timeout)
+        """Everything running: the kernel nodes' VMs boot while batmand starts in the other
+        nodes and their bat0s get addresses; returns when the VMs are ready too."""
+        self.start_daemons(wait=False)
+        self.wait_daemons(self.daemon_nodes, timeout=timeout)
         self.configure_mesh_addresses(timeout=timeout)
+        self.wait_daemons(self.kernel_nodes, timeout=timeout)
+
+    def boot_times(self) -> dict[str, float | None]:
+        """Seconds from QEMU's start to the guest's READY, per kernel node."""
+        return {n: (self.vms[n].boot_seconds if n in self.vms else None) for n in self.kernel_nodes}
 
     # --- running things in nodes ----------------------------------------------------
 
     def exec(self, node: str, argv: list[str] | str, *, check: bool = False, timeout: float | None = None,
              input: str | None = None, capture: bool = True) -> subprocess.CompletedProcess:
-        """Run a command in a node's (or client's) namespace; text output captured."""
+        """Run a command in a node's (or client's) namespace; text output captured.
+        On a kernel node the command runs in the guest (over the VM's command channel;
+        busybox userland, batctl, iperf3); `timeout` is enforced there (default 120 s)."""
         argv = argv.split() if isinstance(argv, str) else list(argv)
-        return subprocess.run(net.in_namespace(self.ns(node), argv), check=check, timeout=timeout, input=input,
+        if node in self.topology.nodes and self.is_kernel(node):
+            return self._guest(node, shlex.join(argv), argv, check=check, timeout=timeout, input=input,
+                               capture=capture)
+        return self.netns_exec(node, argv, check=check, timeout=timeout, input=input, capture=capture)
+
+    def shell(self, node: str, script: str, **kwargs) -> subprocess.CompletedProcess:
+        """Run a shell script: in a kernel node's guest (busybox sh), else `sh -c` in the
+        node's namespace. Same keywords as exec()."""
+        if node in self.topology.nodes and self.is_kernel(node):
+            return self._guest(node, script, ["sh", "-c", script], **kwargs)
+        return self.netns_exec(node, ["sh", "-c", script], **kwargs)
+
+    def netns_exec(self, node: str, argv: list[str], *, check: bool = False, timeout: float | None = None,
+                   input: str | None = None, capture: bool = True) -> subprocess.CompletedProcess:
+        """Run a command on the host in a node's namespace (for a kernel node: where its TAPs
+        and bridges are, not in the guest)."""
+        return subprocess.run(net.in_namespace(self.ns(node), list(argv)), check=check, timeout=timeout, input=input,
                               capture_output=capture, text=True)
 
-    def spawn(self, node: str, argv: list[str], **popen_kwargs) -> subprocess.Popen:
+    def _guest(self, node: str, script: str, argv: list[str], *, check: bool = False, timeout: float | None = None,
+               input: str | None = None, capture: bool = True) -> subprocess.CompletedProcess:
+        try:
+            res = self.vm(node).run(script, timeout, input.encode() if input is not None else None)
+        except kn.KernelNodeError as exc:
+            raise LabError(str(exc)) from None
+        out, err = res.stdout.decode(errors="replace"), res.stderr.decode(errors="replace")
+        if res.timed_out:
+            raise subprocess.TimeoutExpired(argv, timeout if timeout is not None else kn.DEFAULT_EXEC_TIMEOUT,
+                                            output=out, stderr=err)
+        if not capture:
+            sys.stdout.write(out)
+            sys.stdout.flush()
+            sys.stderr.write(err)
+            sys.stderr.flush()
+            out = err = None
+        if check and res.returncode != 0:
+            raise subprocess.CalledProcessError(res.returncode, argv, out, err)
+        return subprocess.CompletedProcess(argv, res.returncode, out, err)
+
+    def spawn(self, node: str, argv: list[str], **popen_kwargs):
         """Start a command in a node's namespace in the background (e.g. iperf3 -s);
-        down() kills whatever is left in the namespace."""
+        down() kills whatever is left in the namespace. On a kernel node it runs in the
+        guest and a kernel_node.GuestJob (poll, wait, kill, communicate) is returned."""
+        if node in self.topology.nodes and self.is_kernel(node):
+            try:
+                return kn.GuestJob(self.vm(node), list(argv))
+            except kn.KernelNodeError as exc:
+                raise LabError(str(exc)) from None
         return subprocess.Popen(net.in_namespace(self.ns(node), list(argv)), **popen_kwargs)
 
     def batmanctl(self, node: str, *args: str, check: bool = False, timeout: float | None = 30.0
                   ) -> subprocess.CompletedProcess:
+        """batmanctl against a node's daemon; on a kernel node, batctl in the guest."""
+        if self.is_kernel(node):
+            return self.exec(node, ["batctl", *args], check=check, timeout=timeout)
         return self.exec(node, self.batmanctl_command(node, *args), check=check, timeout=timeout)
+
+    def originator(self, node: str) -> str:
+        """The node's originator address: the MAC of its primary hard interface."""
+        if self.is_kernel(node):
+            return kn.node_macs(self.topology.nodes[node].host, 1)[0][0]
+        primary = self.topology.hard_interfaces(node)[0]
+        return ifmac(self.ns(node), primary)
+
+    def mesh_mac(self, node: str) -> str:
+        """The MAC of the node's bat0 (its own translation-table entry)."""
+        if self.is_kernel(node):
+            return kn.node_macs(self.topology.nodes[node].host, 1)[1]
+        return ifmac(self.ns(node), self.topology.meshif)
 
     # --- changing links at run time ----------------------------------------------------
 
@@ -439,10 +631,22 @@ class Lab:
                 entry["daemon_pid"] = self.pids.get(name)
                 entry["daemon_running"] = self.daemon_running(name)
                 entry["log"] = str(self.log_path(name))
-                entry["control_socket"] = self.control_socket(name)
+                if self.is_kernel(name):
+                    entry["console"] = str(self.console_path(name))
+                    vm = self.vms.get(name) or kn.KernelVM.attach(self.run_dir / name)
+                    if vm is not None and entry["daemon_running"]:
+                        entry["daemon_pid"] = vm.pid
+                        entry["boot_seconds"] = vm.boot_seconds
+                        entry["rss_kib"] = vm.rss_kib()
+                    entry["originator"] = self.originator(name)
+                else:
+                    entry["control_socket"] = self.control_socket(name)
                 if originators and entry["daemon_running"]:
-                    proc = self.batmanctl(name, "o", timeout=10)
-                    entry["originators"] = (proc.stdout + proc.stderr).rstrip()
+                    try:
+                        proc = self.batmanctl(name, "o", timeout=10)
+                        entry["originators"] = (proc.stdout + proc.stderr).rstrip()
+                    except (LabError, subprocess.TimeoutExpired) as exc:
+                        entry["originators"] = f"({exc})"
             else:
                 entry["node"] = topo.clients[name].node
             entry["address"] = [topo.address(name, 4, True), topo.address(name, 6, True)]
@@ -470,6 +674,13 @@ def format_status(st: dict) -> str:
             continue
         if n["kind"] == "client":
             head += f"  client behind {n['node']}"
+        elif n["kind"] == "kernel":
+            if n.get("daemon_running"):
+                rss = f", RSS {n['rss_kib'] >> 10} MiB" if n.get("rss_kib") else ""
+                boot = f", ready in {n['boot_seconds']:g}s" if n.get("boot_seconds") else ""
+                head += f"  kernel batman-adv VM pid {n['daemon_pid']}{boot}{rss}, originator {n['originator']}"
+            else:
+                head += "  kernel node, VM not running"
         elif n.get("daemon_running"):
             head += f"  batmand pid {n['daemon_pid']}"
         else:
@@ -496,18 +707,20 @@ def format_status(st: dict) -> str:
                    + ("" if link["up"] else "  DOWN"))
     for n in st["nodes"]:
         if "originators" in n:
-            out.append(f"--- {n['name']}: batmanctl o")
+            out.append(f"--- {n['name']}: {'batctl' if n['kind'] == 'kernel' else 'batmanctl'} o")
             out.append(n["originators"])
     return "\n".join(out)
 
 
 def down(prefix: str, *, lab_root: str | Path = DEFAULT_LAB_ROOT, run_root: str | Path = DEFAULT_RUN_ROOT,
          keep_logs: bool = False, timeout: float = 3.0) -> list[str]:
-    """Remove a lab by its prefix, also after a crash: every process in a namespace
-    <prefix>-* is terminated (SIGTERM, then SIGKILL after timeout), the namespaces are
-    deleted, and so are the lab's run and log directories (logs kept with keep_logs).
+    """Remove a lab by its prefix, also after a crash: the kernel nodes' VMs and every
+    process in a namespace <prefix>-* are terminated (SIGTERM, then SIGKILL after timeout),
+    the namespaces are deleted (with them the veths, TAPs and bridges), and so are the lab's
+    run and log directories (logs kept with keep_logs).
     Returns the namespaces removed."""
     check_prefix(prefix)
+    kn.stop_all(Path(run_root) / prefix, timeout)  # kernel nodes' QEMUs, by their recorded PIDs
     namespaces = net.list_namespaces(prefix)
     pids = [pid for ns in namespaces for pid in net.namespace_pids(ns)]
     net.terminate(pids, timeout)

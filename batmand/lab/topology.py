@@ -14,9 +14,11 @@ orig_interval_ms = 1000
 
 [[node]]
 name = "n1"               # <= 13 characters: interfaces are named e-<peer> / c-<client>
-kind = "batmand"          # default; "kernel" (batman-adv module VM) is reserved
+kind = "batmand"          # default; "kernel": the Linux kernel's batman-adv in a QEMU VM
 interfaces = ["stub0"]    # optional extra hard interfaces connected to nothing (ifb), after the links
 batmand = { hop_penalty = 60 }   # optional per-node overrides of [batmand]
+kernel = { memory_mb = 256, setup = "batctl meshif bat0 dat 0" }   # kernel nodes only (optional):
+                          # guest RAM, shell commands run in the guest once bat0 is up
 
 [[link]]
 a = "n1"
@@ -30,6 +32,11 @@ ifname_a = "e-n2"         # optional: the interface names (default e-<peer>)
 name = "c1"
 node = "n1"               # bridged (br0) behind this node, together with its bat0
 ```
+
+Kernel nodes (see kernel_node.py) take from the node's [batmand] config what the kernel has
+too (routing_algo, orig_interval_ms, hop_penalty, aggregation, ap_isolation, bonding,
+fragmentation, distributed_arp_table, multicast_mode, bridge_loop_avoidance; the rest is
+ignored) and have neither `interfaces` nor clients; they need at least one link.
 """
 
 from __future__ import annotations
@@ -61,6 +68,8 @@ _RATE_UNITS = {
     "bps": 8, "kbps": 8 * 10**3, "mbps": 8 * 10**6, "gbps": 8 * 10**9,
 }
 RESERVED_IFNAMES = {"lo", BRIDGE}
+KERNEL_TAP = "kt{}"  # kernel node, link i: the VM's TAP and the bridge joining it to the link's veth
+KERNEL_BRIDGE = "kb{}"
 
 SHIPPED_DIR = Path(__file__).resolve().parent.parent.parent / "netns-lab" / "topologies"
 
@@ -109,6 +118,7 @@ class Node:
     host: int = 0  # host number in the mesh subnets
     interfaces: list[str] = field(default_factory=list)  # extra hard interfaces (ifb: connected to nothing)
     batmand: dict = field(default_factory=dict)  # per-node config overrides
+    kernel: dict = field(default_factory=dict)  # kernel nodes: memory_mb, setup
 
 
 @dataclass
@@ -166,6 +176,12 @@ class Topology:
         """The daemon's -i list: link interfaces in file order, then the node's extras.
         The first is the primary interface."""
         return [link.ifname_in(node) for link in self.node_links(node)] + list(self.nodes[node].interfaces)
+
+    def kernel_wiring(self, node: str) -> list[tuple[str, str, str, int]]:
+        """A kernel node's (veth, TAP, bridge, MTU) per link, in link order: the VM's NIC i
+        is TAP i."""
+        return [(link.ifname_in(node), KERNEL_TAP.format(i), KERNEL_BRIDGE.format(i), link.mtu)
+                for i, link in enumerate(self.node_links(node))]
 
     def node_clients(self, node: str) -> list[Client]:
         return [c for c in self.clients.values() if c.node == node]
@@ -246,7 +262,7 @@ def from_dict(data: dict, name: str = "lab", source: str | None = None) -> Topol
     nodes: dict[str, Node] = {}
     for i, entry in enumerate(data.get("node", []), 1):
         where = f"[[node]] #{i}"
-        _check_keys(entry, {"name", "kind", "id", "interfaces", "batmand"}, where)
+        _check_keys(entry, {"name", "kind", "id", "interfaces", "batmand", "kernel"}, where)
         if "name" not in entry:
             raise TopologyError(f"{where}: name is required")
         nname = _name(entry["name"], where)
@@ -263,7 +279,20 @@ def from_dict(data: dict, name: str = "lab", source: str | None = None) -> Topol
         overrides = entry.get("batmand", {})
         if not isinstance(overrides, dict):
             raise TopologyError(f"{where}: batmand must be a table")
-        nodes[nname] = Node(nname, kind, entry.get("id", i), extras, overrides)
+        kernel = entry.get("kernel", {})
+        if not isinstance(kernel, dict):
+            raise TopologyError(f"{where}: kernel must be a table")
+        _check_keys(kernel, {"memory_mb", "setup"}, f"{where}: kernel")
+        if kernel and kind != "kernel":
+            raise TopologyError(f"{where}: a kernel table needs kind = \"kernel\"")
+        if "memory_mb" in kernel and (isinstance(kernel["memory_mb"], bool) or not isinstance(kernel["memory_mb"], int)
+                                      or not 96 <= kernel["memory_mb"] <= 4096):
+            raise TopologyError(f"{where}: kernel.memory_mb must be an integer 96..4096")
+        if not isinstance(kernel.get("setup", ""), str):
+            raise TopologyError(f"{where}: kernel.setup must be a string of shell commands")
+        if kind == "kernel" and extras:
+            raise TopologyError(f"{where}: kernel nodes have no extra interfaces (only their links' NICs)")
+        nodes[nname] = Node(nname, kind, entry.get("id", i), extras, overrides, dict(kernel))
     if not nodes:
         raise TopologyError("topology has no [[node]]")
 
@@ -300,6 +329,10 @@ def from_dict(data: dict, name: str = "lab", source: str | None = None) -> Topol
             rate_ab=rate_ab, rate_ba=rate_ba,
         ))
 
+    for nname, node in nodes.items():
+        if node.kind == "kernel" and not any(nname in (link.a, link.b) for link in links):
+            raise TopologyError(f"node {nname}: a kernel node needs at least one link (its VM's bat0 is made of them)")
+
     clients: dict[str, Client] = {}
     for i, entry in enumerate(data.get("client", []), 1):
         where = f"[[client]] #{i}"
@@ -310,6 +343,8 @@ def from_dict(data: dict, name: str = "lab", source: str | None = None) -> Topol
             raise TopologyError(f"{where}: name already used by a node or client")
         if entry.get("node") not in nodes:
             raise TopologyError(f"{where}: node {entry.get('node')!r} is not a node of this topology")
+        if nodes[entry["node"]].kind == "kernel":
+            raise TopologyError(f"{where}: clients behind kernel nodes are not supported (node {entry['node']})")
         clients[cname] = Client(cname, entry["node"], entry.get("id", CLIENT_HOST_BASE + i), f"c-{cname}")
 
     topo = Topology(
@@ -336,6 +371,10 @@ def _check_names(topo: Topology) -> None:
         names = [(link.ifname_in(node), f"link {link.a}-{link.b}") for link in topo.node_links(node)]
         names += [(x, "interfaces") for x in topo.nodes[node].interfaces]
         names += [(c.ifname, f"client {c.name}") for c in topo.node_clients(node)]
+        if topo.nodes[node].kind == "kernel":
+            for _, tap, bridge, _ in topo.kernel_wiring(node):
+                seen.setdefault(tap, "the VM's TAP")
+                seen.setdefault(bridge, "the VM's bridge")
         for ifname, what in names:
             if ifname in seen:
                 raise TopologyError(
@@ -422,7 +461,8 @@ def to_dict(topo: Topology) -> dict:
                 "ipv4": str(topo.ipv4), "ipv6": str(topo.ipv6)},
         "batmand": dict(topo.batmand),
         "node": [{"name": n.name, "kind": n.kind, "id": n.host, "interfaces": list(n.interfaces),
-                  "batmand": dict(n.batmand)} for n in topo.nodes.values()],
+                  "batmand": dict(n.batmand), **({"kernel": dict(n.kernel)} if n.kernel else {})}
+                 for n in topo.nodes.values()],
         "link": links,
         "client": [{"name": c.name, "node": c.node, "id": c.host} for c in topo.clients.values()],
     }

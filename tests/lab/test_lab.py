@@ -165,12 +165,6 @@ def test_parallel_links_get_distinct_names_and_rates_parse():
     assert parse_rate("10mbit") == 10_000_000 and parse_rate("1mbps") == 8_000_000 and parse_rate("500kbit") == 500_000
 
 
-def test_kernel_nodes_are_not_implemented(prefix):
-    with pytest.raises(NotImplementedError, match="kernel"):
-        Lab(from_dict({"node": [{"name": "k", "kind": "kernel"}]}), prefix).up()
-    assert net.list_namespaces(prefix) == []
-
-
 # --- building the shipped topologies ------------------------------------------------------
 
 

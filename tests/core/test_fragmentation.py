@@ -123,29 +123,19 @@ def _big_frame(net, src, dst, size=1500):
     return bytes(dst_mac) + bytes(net.nodes[src].mesh.soft_mac) + b"\x08\x00" + bytes(size - 14)
 
 
-def test_fragmented_across_a_small_mtu_link():
-    net = _line([1400])
-    frame = _big_frame(net, "A", "B")
+@pytest.mark.parametrize("mtus,dst,counts", [
+    # A - B over a 1400-byte link: A fragments, B reassembles
+    ([1400], "B", {"A": {"frag_tx": 2}, "B": {"frag_rx": 2}}),
+    # the next link is as small: B forwards the fragments whole (no re-fragmentation)
+    ([1400, 1400], "C", {"B": {"frag_fwd": 2, "frag_rx": 0}}),
+    # the next link is big enough: B merges and sends the packet on whole
+    ([1400, 1560], "C", {"B": {"frag_rx": 2}, "C": {"frag_rx": 0}}),
+], ids=["small-link", "forwarded-whole", "merged-on-the-way"])
+def test_fragments_across_the_mesh(mtus, dst, counts):
+    net = _line(mtus)
+    frame = _big_frame(net, "A", dst)
     net.host_send("A", frame)
     net.run_for(0.5)
-    assert [f for _, f in net.nodes["B"].delivered][-1] == frame
-    assert net.nodes["A"].mesh.counters["frag_tx"] == 2 and net.nodes["B"].mesh.counters["frag_rx"] == 2
-
-
-def test_fragments_are_forwarded_whole_when_the_next_link_is_small_too():
-    net = _line([1400, 1400])
-    frame = _big_frame(net, "A", "C")
-    net.host_send("A", frame)
-    net.run_for(0.5)
-    assert [f for _, f in net.nodes["C"].delivered][-1] == frame
-    assert net.nodes["B"].mesh.counters["frag_fwd"] == 2 and net.nodes["B"].mesh.counters["frag_rx"] == 0
-
-
-def test_fragments_are_merged_where_the_next_link_is_big_enough():
-    net = _line([1400, 1560])
-    frame = _big_frame(net, "A", "C")
-    net.host_send("A", frame)
-    net.run_for(0.5)
-    assert [f for _, f in net.nodes["C"].delivered][-1] == frame
-    assert net.nodes["B"].mesh.counters["frag_rx"] == 2  # merged at B
-    assert net.nodes["C"].mesh.counters["frag_rx"] == 0  # and sent on whole
+    assert [f for _, f in net.nodes[dst].delivered][-1] == frame
+    for node, expected in counts.items():
+        assert {k: net.nodes[node].mesh.counters[k] for k in expected} == expected

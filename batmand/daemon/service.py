@@ -27,6 +27,7 @@ from .notify import Notifier
 from .options import Options
 from .packet_socket import PacketSocket
 from .softif import SoftInterface
+from .wifi import is_wireless, stations
 
 log = logging.getLogger("batmand")
 
@@ -242,6 +243,7 @@ class Service:
         self.loop.add_reader(sock.fileno(), self._on_hardif, ifname)
         self._apply(self.mesh.add_interface(self.now(), ifname, Mac(info.mac), info.mtu))
         iface = self.mesh.iface(ifname)
+        iface.wifi = is_wireless(ifname)
         settings = self.options.hardif.get(ifname, {})
         iface.throughput_override = settings.get("throughput_override", 0) // 100
         iface.elp_interval_ms = settings.get("elp_interval", iface.elp_interval_ms)
@@ -251,10 +253,12 @@ class Service:
         log.info("interface %s added (MAC %s, MTU %d)%s", ifname, Mac(info.mac), info.mtu,
                  " as primary" if self.mesh.primary and self.mesh.primary.name == ifname else "")
 
-    @staticmethod
-    def _refresh_speed(iface) -> None:
-        """The link speed B.A.T.M.A.N. V uses when there is no override (ethtool's view)."""
+    def _refresh_speed(self, iface) -> None:
+        """What B.A.T.M.A.N. V estimates links from when there is no override: the stations
+        of a Wi-Fi interface, else the link speed (ethtool's view)."""
         iface.link_speed_mbit, iface.full_duplex = link_speed(iface.name)
+        if iface.wifi and self.mesh.algo.name == "BATMAN_V":
+            iface.stations = stations(self.ifindex.get(iface.name, 0))
 
     def remove_interface(self, ifname: str) -> None:
         if ifname not in self.sockets:

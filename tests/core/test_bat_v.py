@@ -123,3 +123,17 @@ def test_iv_and_v_do_not_mix():
     net.run_for(10)
     assert net.next_hop("A", "B") is None and net.next_hop("B", "A") is None
     assert net.nodes["A"].mesh.counters["drop_other_routing_algorithm"] > 0
+
+
+def test_nl80211_station_info_conversion():
+    """The daemon's nl80211 reading (batmand/daemon/wifi.py): expected throughput in kbit/s,
+    TX bitrate in 100 kbit/s units (the 32-bit attribute preferred)."""
+    from batmand.daemon.wifi import station_from_info
+
+    info = {"NL80211_STA_INFO_EXPECTED_THROUGHPUT": 54_000,
+            "NL80211_STA_INFO_TX_BITRATE": {"NL80211_RATE_INFO_BITRATE32": 1300, "NL80211_RATE_INFO_BITRATE": 1300}}
+    station = station_from_info(info)
+    assert (station.expected_throughput_kbps, station.tx_bitrate_100kbps) == (54_000, 1300)
+    iface = _iface(wifi=True, stations={N: station_from_info({"NL80211_STA_INFO_TX_BITRATE":
+                                                              {"NL80211_RATE_INFO_BITRATE": 540}})})
+    assert estimate_throughput(iface, N) == 180  # 54 Mbit/s PHY rate / 3

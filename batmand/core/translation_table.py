@@ -527,12 +527,6 @@ class TranslationTable:
                 best, best_metric = orig, metric
         return best
 
-    def is_local_client(self, addr: Mac, vid: int) -> LocalEntry | None:
-        return self.local.get((addr, vid))
-
-    def ttvn_reroute_target(self, addr: Mac, vid: int) -> Mac | None:
-        return self.best_orig(addr, vid)
-
     @staticmethod
     def seq_before(x: int, y: int) -> bool:
         return seq_before8(x, y)

@@ -46,4 +46,6 @@ def test_reroute_after_link_loss(kind):
               f"(OGM interval 0.5 s)")
     if len(RESULTS) == 2:
         print(f"REROUTE kernel {RESULTS['kernel']:.1f} s vs batmand {RESULTS['batmand']:.1f} s")
-        assert RESULTS["batmand"] <= RESULTS["kernel"] * 1.5 + 2.0
+        # IV moves off a lost link once the 5-entry TQ ring of the old next hop is empty:
+        # about 5 OGM intervals; one sample each, so allow that bound as well as the ratio
+        assert RESULTS["batmand"] <= max(RESULTS["kernel"] * 1.5, 6 * 0.5) + 2.0

@@ -8,12 +8,13 @@ Tools: ping|p, traceroute|tr, translate|t."""
 from __future__ import annotations
 
 import argparse
-import re
 import json
 import sys
 import time
 from dataclasses import dataclass
 from typing import Callable
+
+from batmand.daemon.options import parse_throughput
 
 from . import tables
 from .client import Client, ControlError, DaemonError, socket_path
@@ -278,15 +279,6 @@ def run_setting(args) -> int:
     return 0
 
 
-def parse_throughput(text: str) -> int:
-    """batctl's throughput syntax in kbit/s: a number (kbit), or with kbit/mbit/gbit."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(kbit|mbit|gbit)?\s*", text.lower())
-    if not match:
-        raise UsageError(f"invalid throughput: {text} (e.g. 500kbit, 100mbit, 1gbit)")
-    factor = {"kbit": 1, "mbit": 1000, "gbit": 1_000_000, None: 1}[match[2]]
-    return int(float(match[1]) * factor)
-
-
 HARDIF_SETTINGS = {"elp_interval": "et", "throughput_override": "to", "hop_penalty": "hp"}
 
 
@@ -304,7 +296,10 @@ def run_hardif(args) -> int:
             emit([str(value)])
         return 0
     if setting == "throughput_override":
-        value = parse_throughput(args.value)
+        try:
+            value = parse_throughput(args.value)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     else:
         value = _parse_uint(255 if setting == "hop_penalty" else 2**32 - 1)(args.value)
     client.request("hardif_set", {"ifname": args.ifname, "setting": setting, "value": value})

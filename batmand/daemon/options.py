@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 
@@ -92,12 +93,13 @@ def _apply(options: Options, values: dict, source: str) -> None:
 
 
 def parse_throughput(value) -> int:
-    """kbit/s from a number (kbit) or a string with kbit/mbit/gbit, as batctl takes it."""
-    text = str(value).strip().lower()
-    for unit, factor in (("gbit", 1_000_000), ("mbit", 1000), ("kbit", 1)):
-        if text.endswith(unit):
-            return int(float(text[: -len(unit)]) * factor)
-    return int(float(text))
+    """kbit/s from batctl's throughput syntax: a number (kbit), or with kbit/mbit/gbit.
+    Also used by batmanctl; raises ValueError."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(kbit|mbit|gbit)?\s*", str(value).lower())
+    if not match:
+        raise ValueError(f"invalid throughput: {value} (e.g. 500kbit, 100mbit, 1gbit)")
+    factor = {"kbit": 1, "mbit": 1000, "gbit": 1_000_000, None: 1}[match[2]]
+    return int(float(match[1]) * factor)
 
 
 def _apply_hardif(options: Options, ifname: str, name: str, value, source: str) -> None:

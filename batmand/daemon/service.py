@@ -186,10 +186,7 @@ class Service:
             if ifname in self.sockets:
                 self.remove_interface(ifname)
         for iface in self.mesh.ifaces:
-            settings = new.hardif.get(iface.name, {})
-            iface.throughput_override = settings.get("throughput_override", 0) // 100
-            iface.elp_interval_ms = settings.get("elp_interval", 500)
-            iface.hop_penalty = settings.get("hop_penalty", 0)
+            self._apply_hardif_settings(iface)
         self._check_interfaces()
         self.options.interfaces = sorted(self.wanted)
         log.info("configuration reloaded")
@@ -244,14 +241,18 @@ class Service:
         self._apply(self.mesh.add_interface(self.now(), ifname, Mac(info.mac), info.mtu))
         iface = self.mesh.iface(ifname)
         iface.wifi = is_wireless(ifname)
-        settings = self.options.hardif.get(ifname, {})
-        iface.throughput_override = settings.get("throughput_override", 0) // 100
-        iface.elp_interval_ms = settings.get("elp_interval", iface.elp_interval_ms)
-        iface.hop_penalty = settings.get("hop_penalty", iface.hop_penalty)
+        self._apply_hardif_settings(iface)
         self._refresh_speed(iface)
         self._update_datapath_ifaces()
         log.info("interface %s added (MAC %s, MTU %d)%s", ifname, Mac(info.mac), info.mtu,
                  " as primary" if self.mesh.primary and self.mesh.primary.name == ifname else "")
+
+    def _apply_hardif_settings(self, iface) -> None:
+        """The configured per-interface settings, or the kernel's defaults."""
+        settings = self.options.hardif.get(iface.name, {})
+        iface.throughput_override = settings.get("throughput_override", 0) // 100  # 100 kbit/s units
+        iface.elp_interval_ms = settings.get("elp_interval", 500)
+        iface.hop_penalty = settings.get("hop_penalty", 0)
 
     def _refresh_speed(self, iface) -> None:
         """What B.A.T.M.A.N. V estimates links from when there is no override: the stations

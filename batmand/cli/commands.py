@@ -1,7 +1,7 @@
 """The batmanctl commands that talk to the daemon, with batctl's names, options and output.
 
 Debug tables: interface|if, originators|o, neighbors|n, translocal|tl, transglobal|tg,
-statistics|s, routing_algo|ra (all with -w [interval], -H, --json, -n).
+statistics|s, dataplane|dp, routing_algo|ra (all with -w [interval], -H, --json, -n).
 Settings: orig_interval|it, hop_penalty|hp, aggregation|ag, ap_isolation|ap, loglevel|ll.
 Tools: ping|p, traceroute|tr, translate|t."""
 
@@ -193,6 +193,16 @@ def run_statistics(args) -> int:
     def render():
         stats = client.request("statistics") or {}
         return ([dumps(stats)] if args.json else tables.statistics_lines(stats)), 0
+
+    return _watch(args, render)
+
+
+def run_dataplane(args) -> int:
+    client = client_for(args)
+
+    def render():
+        status = client.request("dataplane") or {}
+        return ([dumps(status)] if args.json else tables.dataplane_lines(status)), 0
 
     return _watch(args, render)
 
@@ -461,6 +471,10 @@ def add_parsers(subparsers) -> None:
     p = subparsers.add_parser("statistics", aliases=["s"], help="traffic and drop counters")
     _add_table_options(p)
     p.set_defaults(func=run_statistics)
+
+    p = subparsers.add_parser("dataplane", aliases=["dp"], help="data-plane workers, their share and drops")
+    _add_table_options(p)
+    p.set_defaults(func=run_dataplane)
 
     p = subparsers.add_parser("routing_algo", aliases=["ra"], help="routing algorithms")
     _add_table_options(p)

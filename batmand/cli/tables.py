@@ -202,6 +202,20 @@ def statistics_lines(stats: Mapping) -> list[str]:
     return ["\t%s: %d" % (name, int(value)) for name, value in stats.items()]
 
 
+def dataplane_lines(status: Mapping) -> list[str]:
+    lines = ["Data plane: %s" % status.get("mode", "?")]
+    workers = status.get("workers") or []
+    if workers:
+        lines.append("%6s %8s %9s %12s %12s %12s %10s" % ("worker", "pid", "restarts", "rx frames", "tx frames",
+                                                          "gro merged", "slow path"))
+        for w in workers:
+            lines.append("%6d %8s %9d %12d %12d %12d %10d" % (w["index"], w.get("pid"), w["restarts"], w["rx_frames"],
+                                                              w["tx_frames"], w["gro_merged"], w["slow_path"]))
+    drops = status.get("drops") or {}
+    lines.append("Drops: " + ", ".join("%s %d" % (place, count) for place, count in sorted(drops.items())))
+    return lines
+
+
 def routing_algos_lines(ra: Mapping) -> list[str]:
     lines = []
     active = ra.get("active") or {}

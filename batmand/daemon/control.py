@@ -163,10 +163,20 @@ class ControlServer:
         return tables.transtable_global(self.service.mesh)
 
     async def cmd_statistics(self, args, writer):
-        stats = tables.statistics(self.service.mesh, self.service.datapath.counters)
-        # frames lost at the packet sockets before the daemon could read them
-        stats["drop_socket_buffer"] = sum(s.statistics()[1] for s in self.service.sockets.values())
+        dataplane = self.service.dataplane
+        stats = tables.statistics(self.service.mesh, dataplane.counters())
+        # frames lost at the packet sockets (the control process's and the data plane's rings)
+        stats["drop_socket_buffer"] = (sum(s.statistics()[1] for s in self.service.sockets.values())
+                                       + dataplane.status()["drops"]["socket"])
         return stats
+
+    async def cmd_dataplane(self, args, writer):
+        """Per-worker counters and drops by place (socket rings, TAP queue, daemon)."""
+        status = self.service.dataplane.status()
+        status["mode"] = "inline" if not status["workers"] else f"{len(status['workers'])} workers"
+        status["drops"]["tap"] = _tap_tx_dropped(self.service.softif.name) + self.service.softif.write_dropped
+        status["counters"] = self.service.dataplane.counters()
+        return status
 
     async def cmd_routing_algos(self, args, writer):
         algo = self.service.mesh.algo.name
@@ -337,3 +347,12 @@ class ControlServer:
         await self._run_session(session, writer, probe, event)
         reached = any(r.kind == "reply" for hop in session.hops for r in hop)
         return {"hops": len(session.hops), "reached": reached}
+
+
+def _tap_tx_dropped(ifname: str) -> int:
+    """Frames the host could not queue to the TAP because no data-plane reader kept up."""
+    try:
+        with open(f"/sys/class/net/{ifname}/statistics/tx_dropped") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 0

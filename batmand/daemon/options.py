@@ -17,7 +17,8 @@ from batmand.core.config import MeshConfig
 from .protocol import default_socket_path
 
 DAEMON_KEYS = {"interfaces", "workers", "control_socket", "meshif", "mac", "state_dir", "control_group",
-               "control_max_request"}
+               "control_max_request", "gro", "tso", "csum_offload", "rx_ring"}
+RX_RINGS = ("v2", "v3")
 HARDIF_KEYS = {"elp_interval", "throughput_override", "hop_penalty"}
 
 
@@ -26,7 +27,11 @@ class Options:
     meshif: str = "bat0"
     interfaces: list[str] = field(default_factory=list)
     control_socket: str | None = None
-    workers: int = 0
+    workers: int = field(default_factory=lambda: os.cpu_count() or 1)  # data-plane processes; 0 = inline
+    gro: bool = True  # coalesce TCP segments delivered to the host into GSO frames
+    tso: bool = True  # take TSO super-frames from the host and segment them in the data plane
+    csum_offload: bool = True  # leave partial checksums to the kernel (TAP and PACKET_VNET_HDR)
+    rx_ring: str = "v2"  # PACKET_MMAP receive ring: v2 (per-frame wake-up) or v3 (blocks)
     mac: str | None = None  # soft interface MAC; random locally administered when unset
     state_dir: str | None = None  # seqnos kept across restarts ("" disables; default below)
     control_group: str = ""  # a group allowed to use the control socket (mode 0660)
@@ -119,7 +124,7 @@ def parser() -> argparse.ArgumentParser:
                    help="hard interface to attach (repeatable; the first is the primary)")
     p.add_argument("--config", metavar="FILE", help="TOML file (default /etc/batmand/<meshif>.toml if present)")
     p.add_argument("--control-socket", metavar="PATH", help="control socket (default /run/batmand/<meshif>.sock)")
-    p.add_argument("--workers", type=int, help="data-plane workers (0 = inline)")
+    p.add_argument("--workers", type=int, help="data-plane worker processes (default: one per CPU; 0 = inline)")
     p.add_argument("--routing-algo", choices=["BATMAN_IV", "BATMAN_V"], help="routing algorithm")
     p.add_argument("--state-dir", metavar="DIR", help="where seqnos are kept across restarts")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any configuration key")
@@ -165,6 +170,8 @@ def _load(args) -> Options:
     if args.state_dir is not None:
         cli["state_dir"] = args.state_dir
     _apply(options, cli, "command line")
-    if options.workers != 0:
-        raise OptionsError("only --workers 0 (inline data path) is available in this version")
+    if not 0 <= options.workers <= 64:
+        raise OptionsError(f"workers: expected 0 (inline) to 64, got {options.workers}")
+    if options.rx_ring not in RX_RINGS:
+        raise OptionsError(f"rx_ring: expected one of {', '.join(RX_RINGS)}, got {options.rx_ring!r}")
     return options

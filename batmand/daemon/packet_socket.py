@@ -1,16 +1,22 @@
-"""AF_PACKET sockets on hard interfaces for ethertype 0x4305."""
+"""The control process's AF_PACKET socket on a hard interface: every batman-adv frame
+except UNICAST (which the data plane's rings take, see batmand.dataplane.bpf), and the
+socket the protocol core transmits on."""
 
 from __future__ import annotations
 
 import socket
 import struct
 
+from batmand.dataplane import bpf
+from batmand.dataplane.offload import VIRTIO_NET_HDR_F_NEEDS_CSUM, VNET_HDR_LEN, VNET_PLAIN, finish_checksum
 from batmand.wire import ETH_P_BATMAN
 
 SOL_PACKET = 263
 PACKET_STATISTICS = 6
+PACKET_VNET_HDR = 15
 PACKET_IGNORE_OUTGOING = 23
 RCVBUF = 4 * 1024 * 1024
+_VNET = struct.Struct("=BBHHHH")
 
 
 class PacketSocket:
@@ -18,8 +24,11 @@ class PacketSocket:
         self.ifname = ifname
         self.counters = counters if counters is not None else {}
         self.kernel_drops = 0  # frames the kernel dropped at this socket (buffer full)
-        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_BATMAN))
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         try:
+            bpf.attach(self.sock, bpf.ALL_BUT_UNICAST)
+            # partial checksums (from a sender on this host) are told, and finished here
+            self.sock.setsockopt(SOL_PACKET, PACKET_VNET_HDR, 1)
             self.sock.bind((ifname, ETH_P_BATMAN))
             self.sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
@@ -32,16 +41,22 @@ class PacketSocket:
         return self.sock.fileno()
 
     def recv(self) -> bytes | None:
-        """One frame, or None when nothing is waiting. Frames seen only because the
-        interface is promiscuous are dropped here, as the kernel's handler drops them."""
+        """One frame, or None when nothing is waiting. (The filter already dropped what the
+        kernel's handler ignores: frames for other hosts, our own outgoing frames.)"""
         while True:
             try:
-                data, addr = self.sock.recvfrom(65535)
+                data = self.sock.recv(65535)
             except BlockingIOError:
                 return None
-            if addr[2] != socket.PACKET_OTHERHOST:
-                return data
-            self.counters["drop_other_host"] = self.counters.get("drop_other_host", 0) + 1
+            if len(data) <= VNET_HDR_LEN:
+                continue
+            flags, _gso, _hlen, _size, csum_start, csum_offset = _VNET.unpack_from(data)
+            if not flags & VIRTIO_NET_HDR_F_NEEDS_CSUM:
+                return data[VNET_HDR_LEN:]
+            frame = bytearray(data[VNET_HDR_LEN:])
+            if csum_start + csum_offset + 2 <= len(frame):
+                finish_checksum(frame, csum_start, csum_offset)
+            return bytes(frame)
 
     def statistics(self) -> tuple[int, int]:
         """PACKET_STATISTICS (reset by every read): (frames seen, frames dropped), summed here."""
@@ -55,7 +70,7 @@ class PacketSocket:
 
     def send(self, frame) -> bool:
         try:
-            self.sock.send(frame)
+            self.sock.sendmsg((VNET_PLAIN, frame))
             return True
         except (BlockingIOError, OSError):
             return False

@@ -19,8 +19,9 @@ from batmand.core.events import Deliver, ForwardingUpdate, IcmpResult, Transmit
 from batmand.core.mesh import Mesh
 from batmand.wire import Mac
 
+from batmand.dataplane.pool import InlineDataPlane, WorkerPool
+
 from .control import ControlServer
-from .datapath import InlineDataPath
 from . import state
 from .links import link_info, link_speed, set_up
 from .notify import Notifier
@@ -47,7 +48,7 @@ class Service:
         self.softif: SoftInterface | None = None
         self.sockets: dict[str, PacketSocket] = {}
         self.ifindex: dict[str, int] = {}
-        self.datapath = InlineDataPath(self._send, self._deliver)
+        self.dataplane: InlineDataPlane | WorkerPool | None = None
         self.control = ControlServer(self, options.socket_path, options.control_group, options.control_max_request)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = float("inf")
@@ -85,18 +86,18 @@ class Service:
         self._take_lock()
         opts = self.options
         mac = Mac(opts.mac) if opts.mac else None
-        self.softif = SoftInterface(opts.meshif, mac, opts.mesh.mtu)
+        self.softif = SoftInterface(opts.meshif, mac, opts.mesh.mtu, queues=max(1, opts.workers))
         self.mesh = Mesh(opts.mesh, soft_mac=Mac(self.softif.mac), now=self.now())
         self.mesh.log = lambda message: log.warning("%s", message)
         housekeeping = None
         try:
+            self._start_dataplane()
             for ifname in opts.interfaces:
                 self.wanted.add(ifname)
                 self.add_interface(ifname)
             if self.state_file and state.restore(self.state_file, self.mesh):
                 log.info("continuing the sequence numbers saved in %s", self.state_file)
             self.softif.up()
-            self.loop.add_reader(self.softif.fd, self._on_tap)
             await self.control.start()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self.loop.add_signal_handler(sig, self._stopped.set)
@@ -144,6 +145,7 @@ class Service:
                 log.info("interface %s: MTU %d -> %d", iface.name, iface.mtu, mtu)
                 iface.mtu = mtu
                 changed = True
+                self.dataplane.add_port(iface.name, bytes(iface.mac), mtu)  # rings sized for the new MTU
         if changed:
             self._update_datapath_ifaces()
         for ifname in sorted(self.wanted):
@@ -203,8 +205,10 @@ class Service:
             state.save(self.state_file, self.mesh)
         for name in list(self.sockets):
             self._close_socket(name)
+        if self.dataplane is not None:
+            self.dataplane.close()
+            self.dataplane = None
         if self.softif is not None:
-            self.loop.remove_reader(self.softif.fd)
             self.softif.close()
             self.softif = None
         await self.control.close()
@@ -234,8 +238,13 @@ class Service:
                             "to %d.", ifname, info.mtu, required)
         if not info.up:
             set_up(ifname)
-        sock = PacketSocket(ifname, self.datapath.counters)
+        sock = PacketSocket(ifname)
         self.sockets[ifname] = sock
+        try:
+            self.dataplane.add_port(ifname, bytes(info.mac), info.mtu)
+        except OSError:
+            self._close_socket(ifname)
+            raise
         self.ifindex[ifname] = info.index
         self.loop.add_reader(sock.fileno(), self._on_hardif, ifname)
         self._apply(self.mesh.add_interface(self.now(), ifname, Mac(info.mac), info.mtu))
@@ -276,26 +285,38 @@ class Service:
         if sock is not None:
             self.loop.remove_reader(sock.fileno())
             sock.close()
+        if self.dataplane is not None:
+            self.dataplane.remove_port(ifname)
         self.ifindex.pop(ifname, None)
 
     def _update_datapath_ifaces(self) -> None:
         ifaces = {i.name: (bytes(i.mac), i.mtu) for i in self.mesh.active_ifaces()}
         primary = bytes(self.mesh.primary.mac) if self.mesh.primary else None
-        self.datapath.set_interfaces(ifaces, primary)
-        self.datapath.wifi = any(i.wifi for i in self.mesh.active_ifaces())
+        self.dataplane.set_ports(ifaces, primary, any(i.wifi for i in self.mesh.active_ifaces()))
 
     # --- frames in ------------------------------------------------------------------------------------
 
-    def _on_tap(self) -> None:
-        now = self.now()
-        for _ in range(BATCH):
-            frame = self.softif.read()
-            if frame is None:
-                break
-            if not self.datapath.from_host(now, frame):
-                self._apply(self.mesh.soft_iface_frame(now, frame))
+    def _start_dataplane(self) -> None:
+        opts = self.options
+        settings = {"gro": opts.gro, "tso": opts.tso, "csum_offload": opts.csum_offload,
+                    "rx_ring": 2 if opts.rx_ring == "v3" else 1}
+        self.softif.set_offload(opts.csum_offload, opts.tso)
+        if opts.workers == 0:
+            self.dataplane = InlineDataPlane(self.loop, self.softif.fd, self._slow_host, self._slow_mesh, settings)
+        else:
+            self.dataplane = WorkerPool(self.loop, self.softif.fds, self._slow_host, self._slow_mesh, settings)
+            log.info("%d data-plane workers: pids %s", opts.workers, ", ".join(map(str, self.dataplane.pids())))
+
+    def _slow_host(self, frame: bytes) -> None:
+        """A frame from the host that the data plane left to the protocol core."""
+        self._apply(self.mesh.soft_iface_frame(self.now(), frame))
+
+    def _slow_mesh(self, ifname: str, frame: bytes) -> None:
+        if ifname in self.sockets:
+            self._apply(self.mesh.receive(self.now(), ifname, frame))
 
     def _on_hardif(self, ifname: str) -> None:
+        """Everything but UNICAST from a hard interface (the data plane takes UNICAST)."""
         sock = self.sockets.get(ifname)
         if sock is None:
             return
@@ -304,8 +325,7 @@ class Service:
             frame = sock.recv()
             if frame is None:
                 break
-            if not self.datapath.from_mesh(ifname, frame):
-                self._apply(self.mesh.receive(now, ifname, frame))
+            self._apply(self.mesh.receive(now, ifname, frame))
 
     # --- actions out -----------------------------------------------------------------------------------
 
@@ -325,7 +345,7 @@ class Service:
             elif isinstance(action, Deliver):
                 self._deliver(action.frame)
             elif isinstance(action, ForwardingUpdate):
-                self.datapath.apply(action)
+                self.dataplane.apply(action)
             elif isinstance(action, IcmpResult):
                 entry = self._icmp.get(action.uid)
                 if entry is not None:
@@ -349,7 +369,7 @@ class Service:
         self._timer = None
         self._timer_at = float("inf")
         now = self.now()
-        seen = self.datapath.take_seen()
+        seen = self.dataplane.take_seen()
         if seen:
             self.mesh.tt.refresh_local(seen)
         if now >= self._next_speed_check:  # link speeds can change (the kernel asks on every ELP)

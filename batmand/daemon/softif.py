@@ -1,11 +1,23 @@
-"""The soft interface: a TAP device (python-pytun) that the host uses like bat0."""
+"""The soft interface: a TAP device (python-pytun) that the host uses like bat0.
+
+It is opened with IFF_VNET_HDR (every frame carries a virtio-net header, so checksum
+and segmentation work can be handed over) and IFF_MULTI_QUEUE: one queue per data-plane
+worker; the kernel keeps each flow on one queue."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import random
 
 import pytun
+
+from batmand.dataplane.offload import VNET_PLAIN
+
+TUNSETOFFLOAD = 0x400454D0
+TUN_F_CSUM = 0x01
+TUN_F_TSO4 = 0x02
+TUN_F_TSO6 = 0x04
 
 
 def random_mac() -> bytes:
@@ -16,29 +28,41 @@ def random_mac() -> bytes:
 
 
 class SoftInterface:
-    def __init__(self, name: str, mac: bytes | None = None, mtu: int = 1500) -> None:
-        self.tap = pytun.TunTapDevice(name=name, flags=pytun.IFF_TAP | pytun.IFF_NO_PI)
+    def __init__(self, name: str, mac: bytes | None = None, mtu: int = 1500, queues: int = 1) -> None:
+        flags = pytun.IFF_TAP | pytun.IFF_NO_PI | pytun.IFF_VNET_HDR | pytun.IFF_MULTI_QUEUE
+        self.queues = [pytun.TunTapDevice(name=name, flags=flags)]
+        self.tap = self.queues[0]
         self.name = self.tap.name
+        try:
+            for _ in range(queues - 1):
+                self.queues.append(pytun.TunTapDevice(name=self.name, flags=flags))
+        except Exception:
+            self.close()
+            raise
         self.mac = mac or random_mac()
         self.tap.hwaddr = self.mac
         self.tap.mtu = mtu
-        self.fd = self.tap.fileno()
-        os.set_blocking(self.fd, False)
+        self.fds = [q.fileno() for q in self.queues]
+        self.fd = self.fds[0]
+        for fd in self.fds:
+            os.set_blocking(fd, False)
+        self.write_dropped = 0
+
+    def set_offload(self, csum: bool, tso: bool) -> None:
+        """What the host may hand us: partial checksums, TSO super-frames (needs csum)."""
+        flags = (TUN_F_CSUM if csum or tso else 0) | (TUN_F_TSO4 | TUN_F_TSO6 if tso else 0)
+        fcntl.ioctl(self.fd, TUNSETOFFLOAD, flags)
 
     def up(self) -> None:
         self.tap.up()
 
-    def read(self) -> bytes | None:
-        try:
-            return os.read(self.fd, 65535)
-        except BlockingIOError:
-            return None
-
     def write(self, frame) -> None:
+        """A frame for the host, with a plain virtio-net header (checksums complete)."""
         try:
-            os.write(self.fd, frame)
+            os.writev(self.fd, (VNET_PLAIN, frame))
         except BlockingIOError:
-            pass  # the host is not reading fast enough: drop, as a full queue would
+            self.write_dropped += 1  # the host is not reading fast enough: drop, as a full queue would
 
     def close(self) -> None:
-        self.tap.close()
+        for queue in self.queues:
+            queue.close()

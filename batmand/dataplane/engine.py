@@ -1,0 +1,313 @@
+"""One data-plane engine: moves unicast frames between a TAP queue and the hard
+interfaces using only the forwarding table the protocol core publishes. A worker
+process runs one; `--workers 0` runs one inside the control process.
+
+Whatever the engine cannot handle with certainty (broadcast, unknown clients, stale TT
+versions, frames too big for the link, Wi-Fi forwarding) goes to the slow path, the
+protocol core, which applies the kernel's full rules. Frames handed to the slow path
+always carry complete checksums.
+
+Offloads (each switchable): the TAP speaks virtio-net headers; TSO super-frames read
+from it are cut into MTU segments here (`tso`); checksums the host left partial travel
+on as partial to the next kernel (`csum_offload`, PACKET_VNET_HDR on the sending
+socket); and TCP segments delivered to the host in one batch are coalesced (`gro`)."""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+
+from batmand.core.bitarray import seq_before8
+from batmand.core.forwarding import ForwardingTable
+from batmand.wire.fastpath import UNICAST_PREFIX_LEN, unicast_prefix
+
+from . import offload
+from .rings import TP_STATUS_CSUM_VALID, TP_STATUS_CSUMNOTREADY, RxRing, TxRing
+
+BATCH = 64  # frames per wake-up before the engine looks at its control messages again
+_BATMAN = b"\x43\x05"
+_VLAN = b"\x81\x00"
+VNET = offload.VNET_HDR_LEN
+_VNET = struct.Struct("=BBHHHH")
+_NEEDS_CSUM = offload.VIRTIO_NET_HDR_F_NEEDS_CSUM
+_GSO_NONE = offload.GSO_NONE
+
+
+class Port:
+    """A hard interface as the engine sees it: its receive ring (None when another
+    socket receives for it) and its transmit ring."""
+
+    def __init__(self, name: str, mac: bytes, mtu: int, rx: RxRing | None, tx: TxRing) -> None:
+        self.name = name
+        self.mac = mac
+        self.mtu = mtu
+        self.rx = rx
+        self.tx = tx
+
+
+class Engine:
+    def __init__(self, tap_fd: int, slow_host, slow_mesh, *, gro: bool = True, tso: bool = True,
+                 csum_offload: bool = True) -> None:
+        self.tap_fd = tap_fd
+        self.slow_host = slow_host  # frame -> None: a frame from the host for the core
+        self.slow_mesh = slow_mesh  # (ifname, frame) -> None: a frame from the mesh for the core
+        self.gro = gro
+        self.tso = tso
+        self.csum_offload = csum_offload
+        self.fwd = ForwardingTable()
+        self.ports: dict[str, Port] = {}
+        self.primary: bytes | None = None
+        self.wifi = False
+        self.coalescer = offload.Coalescer()
+        self._read_buf = bytearray(VNET + 65536)
+        self._read_view = memoryview(self._read_buf)
+        self._host_cache: dict = {}  # first 16 bytes of a host frame -> (port, prefix, [hits])
+        self.counters = dict.fromkeys(
+            ("tx", "tx_bytes", "rx", "rx_bytes", "forward", "forward_bytes", "slow_host", "slow_mesh",
+             "tso_frames", "tso_segments", "gro_merged", "gro_written", "tap_write_dropped", "tx_ring_full",
+             "bad_gso", "truncated", "rx_batches"), 0)
+        self._seen: dict = {}
+
+    # --- tables ---------------------------------------------------------------------------------
+
+    def apply(self, update) -> None:
+        self.fwd.apply(update)
+        self._take_cache_hits()
+        self._host_cache.clear()
+
+    def set_ports(self, ports: dict[str, tuple[bytes, int]], primary: bytes | None, wifi: bool) -> None:
+        """Interface addresses and MTUs changed (rings are attached with add_port)."""
+        for name, (mac, mtu) in ports.items():
+            port = self.ports.get(name)
+            if port is not None:
+                port.mac, port.mtu = mac, mtu
+        self.primary = primary
+        self.wifi = wifi
+        self._take_cache_hits()
+        self._host_cache.clear()
+
+    def add_port(self, port: Port) -> None:
+        self.remove_port(port.name)
+        self.ports[port.name] = port
+        self._host_cache.clear()
+
+    def remove_port(self, name: str) -> Port | None:
+        self._host_cache.clear()
+        return self.ports.pop(name, None)
+
+    def _take_cache_hits(self) -> None:
+        now = time.monotonic()
+        for key, (_port, _prefix, hits, client) in self._host_cache.items():
+            if hits[0]:
+                self._seen[client] = now
+
+    def take_seen(self) -> dict:
+        """Local clients that sent through the fast path since the last call: (mac, vid) -> time."""
+        self._take_cache_hits()
+        for entry in self._host_cache.values():
+            entry[2][0] = 0
+        seen, self._seen = self._seen, {}
+        return seen
+
+    # --- host -> mesh ------------------------------------------------------------------------------
+
+    def on_tap(self) -> None:
+        """Read a batch from the TAP queue: encapsulate what the table knows, cut TSO
+        super-frames first, hand the rest to the slow path."""
+        buf, view, fd = self._read_buf, self._read_view, self.tap_fd
+        touched = set()
+        for _ in range(BATCH):
+            try:
+                n = os.readv(fd, (buf,))
+            except BlockingIOError:
+                break
+            if n <= VNET:
+                continue
+            flags, gso_type, _hdr_len, gso_size, csum_start, csum_offset = _VNET.unpack_from(buf)
+            if gso_type == _GSO_NONE:
+                self._from_host(view[VNET:n], flags & _NEEDS_CSUM, csum_start, csum_offset, touched)
+                continue
+            l2 = 18 if buf[VNET + 12:VNET + 14] == _VLAN else 14
+            try:
+                segments = offload.segment(view[VNET:n], gso_type, gso_size, self.csum_offload, l2)
+            except ValueError:
+                self.counters["bad_gso"] += 1
+                continue
+            self.counters["tso_frames"] += 1
+            self.counters["tso_segments"] += len(segments)
+            partial = self.csum_offload
+            for seg in segments:
+                self._from_host(seg, partial, csum_start, 16, touched)
+        for port in touched:
+            port.tx.flush()
+
+    def _from_host(self, frame, needs_csum, csum_start: int, csum_offset: int, touched: set) -> None:
+        entry = self._host_cache.get(bytes(frame[0:16]))
+        if entry is None:
+            entry = self._host_route(frame)
+        if entry is not None:
+            port, prefix, hits, _client = entry
+            length = len(frame)
+            if length + UNICAST_PREFIX_LEN - 14 <= port.mtu:
+                if not needs_csum:
+                    ok = port.tx.put((offload.VNET_PLAIN, prefix, frame) if self.csum_offload else (prefix, frame),
+                                     VNET + length + 24 if self.csum_offload else length + 24)
+                elif self.csum_offload:
+                    vnet = _VNET.pack(_NEEDS_CSUM, 0, 0, 0, csum_start + UNICAST_PREFIX_LEN, csum_offset)
+                    ok = port.tx.put((vnet, prefix, frame), VNET + length + 24)
+                else:
+                    whole = bytearray(frame)
+                    offload.finish_checksum(whole, csum_start, csum_offset)
+                    ok = port.tx.put((prefix, whole), length + 24)
+                if ok:
+                    hits[0] += 1
+                    touched.add(port)
+                    self.counters["tx"] += 1
+                    self.counters["tx_bytes"] += length
+                else:
+                    self.counters["tx_ring_full"] += 1
+                return
+        whole = bytearray(frame)
+        if needs_csum:
+            offload.finish_checksum(whole, csum_start, csum_offset)
+        self.counters["slow_host"] += 1
+        self.slow_host(bytes(whole))
+
+    def _host_route(self, frame):
+        """The fast-path decision for a host frame's addresses, cached per (dst, src, tag)."""
+        if len(frame) < 14 or frame[0] & 1:
+            return None
+        tagged = _vid(frame, 0)
+        if tagged is None or frame[tagged[1]:tagged[1] + 2] == _BATMAN:
+            return None
+        vid = tagged[0]
+        client = (bytes(frame[6:12]), vid)
+        if self.fwd.local_clients.get(client) is not True:
+            return None  # the core learns (or refuses) this client
+        hit = self.fwd.lookup(bytes(frame[0:6]), vid)
+        if hit is None:
+            return None
+        orig, next_hop, ifname, ttvn = hit
+        port = self.ports.get(ifname)
+        if port is None:
+            return None
+        entry = (port, unicast_prefix(next_hop, port.mac, orig, ttvn), [0], client)
+        self._host_cache[bytes(frame[0:16])] = entry
+        return entry
+
+    # --- mesh -> host / next hop -----------------------------------------------------------------
+
+    def on_port(self, port: Port) -> None:
+        """A batch of UNICAST frames from a hard interface's ring."""
+        ring = port.rx
+        view = ring.view
+        counters = self.counters
+        coalesce = self.gro
+        coalescer = self.coalescer
+        tap = self.tap_fd
+        primary = self.primary
+        touched = set()
+        batch = ring.frames(BATCH)
+        counters["rx_batches"] += 1
+        for off, length, status in batch:
+            frame = view[off:off + length]
+            if length < UNICAST_PREFIX_LEN + 14 or frame[15] != 15 or frame[0:6] != port.mac:
+                self._to_slow_mesh(port, view, off, length, status)
+                continue
+            if frame[18:24] == primary:
+                inner_dst = bytes(frame[24:30])
+                tagged = _vid(frame, UNICAST_PREFIX_LEN)
+                if tagged is None or seq_before8(frame[17], self.fwd.own_ttvn) or not (
+                        inner_dst[0] & 1 or self.fwd.local_clients.get((inner_dst, tagged[0])) is True):
+                    self._to_slow_mesh(port, view, off, length, status)
+                    continue
+                counters["rx"] += 1
+                counters["rx_bytes"] += length - UNICAST_PREFIX_LEN
+                if status & TP_STATUS_CSUMNOTREADY:
+                    _f, _g, _h, _s, csum_start, csum_offset = _VNET.unpack_from(view, off - VNET)
+                    csum, csum_start = offload.CSUM_PARTIAL, csum_start - UNICAST_PREFIX_LEN
+                elif status & TP_STATUS_CSUM_VALID:
+                    csum, csum_start, csum_offset = offload.CSUM_VALID, 0, 0
+                else:
+                    csum, csum_start, csum_offset = offload.CSUM_UNKNOWN, 0, 0
+                if coalesce:
+                    coalescer.add(view[off + UNICAST_PREFIX_LEN:off + length], csum, csum_start, csum_offset)
+                    continue
+                # the 10 bytes in front of the inner frame (batman header) become its vnet header
+                if csum == offload.CSUM_PARTIAL:
+                    _VNET.pack_into(view, off + 14, _NEEDS_CSUM, 0, 0, 0, csum_start, csum_offset)
+                else:
+                    _VNET.pack_into(view, off + 14, 2 if csum == offload.CSUM_VALID else 0, 0, 0, 0, 0, 0)
+                try:
+                    os.write(tap, view[off + 14:off + length])
+                except BlockingIOError:
+                    counters["tap_write_dropped"] += 1
+                continue
+            route = self.fwd.origs.get(bytes(frame[18:24]))
+            if route is None or self.wifi or frame[16] < 2 or seq_before8(frame[17], route.ttvn):
+                self._to_slow_mesh(port, view, off, length, status)
+                continue
+            tagged = _vid(frame, UNICAST_PREFIX_LEN)
+            if tagged is None or (bytes(frame[24:30]), tagged[0]) in self.fwd.local_clients:
+                self._to_slow_mesh(port, view, off, length, status)
+                continue
+            out = self.ports.get(route.iface)
+            if out is None or length - 14 > out.mtu:
+                self._to_slow_mesh(port, view, off, length, status)
+                continue
+            view[off:off + 6] = route.next_hop
+            view[off + 6:off + 12] = out.mac
+            view[off + 16] -= 1
+            if out.tx.vnet_hdr:
+                ok = out.tx.put((view[off - VNET:off + length],), VNET + length) if status & TP_STATUS_CSUMNOTREADY \
+                    else out.tx.put((offload.VNET_PLAIN, frame), VNET + length)
+            else:
+                if status & TP_STATUS_CSUMNOTREADY:
+                    _f, _g, _h, _s, csum_start, csum_offset = _VNET.unpack_from(view, off - VNET)
+                    offload.finish_checksum(frame, csum_start, csum_offset)
+                ok = out.tx.put((frame,), length)
+            if ok:
+                touched.add(out)
+                counters["forward"] += 1
+                counters["forward_bytes"] += length
+            else:
+                counters["tx_ring_full"] += 1
+        if coalesce:
+            merged_before = coalescer.merged
+            for item in coalescer.flush():
+                try:
+                    os.write(tap, item)
+                except BlockingIOError:
+                    counters["tap_write_dropped"] += 1
+                counters["gro_written"] += 1
+            counters["gro_merged"] += coalescer.merged - merged_before
+        for out in touched:
+            out.tx.flush()
+        ring.release()
+
+    def _to_slow_mesh(self, port: Port, view, off: int, length: int, status: int) -> None:
+        frame = bytearray(view[off:off + length])
+        if status & TP_STATUS_CSUMNOTREADY:
+            _f, _g, _h, _s, csum_start, csum_offset = _VNET.unpack_from(view, off - VNET)
+            if csum_start + csum_offset + 2 <= length:
+                offload.finish_checksum(frame, csum_start, csum_offset)
+        self.counters["slow_mesh"] += 1
+        self.slow_mesh(port.name, bytes(frame))
+
+    def close(self) -> None:
+        for port in self.ports.values():
+            if port.rx is not None:
+                port.rx.close()
+            port.tx.close()
+        self.ports.clear()
+
+
+def _vid(frame, off: int) -> tuple[int, int] | None:
+    """(TT vid, offset of the ethertype behind any tag) of the Ethernet header at off."""
+    if frame[off + 12:off + 14] != _VLAN:
+        return 0, off + 12
+    if len(frame) < off + 18:
+        return None
+    vid = (frame[off + 14] << 8 | frame[off + 15]) & 0x0FFF
+    return (0x8000 | vid if vid else 0), off + 16

@@ -1,0 +1,279 @@
+"""The control process's side of the data plane, in two forms with one interface:
+
+- InlineDataPlane (`--workers 0`): one Engine in the control process, driven by the
+  event loop's readers.
+- WorkerPool (`--workers N`): N worker processes. The control process owns every
+  descriptor (TAP queues, the fanout receive rings) and keeps them open across a
+  worker's restart, so flows keep their worker; it mirrors the forwarding table to
+  bring a restarted worker up to date.
+
+Both take the same calls from the daemon: add_port / remove_port / set_ports when hard
+interfaces change, apply() for forwarding-table updates, take_seen() and counters()."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import random
+import subprocess
+import sys
+import time
+
+from batmand.core.events import ForwardingUpdate
+from batmand.core.forwarding import ForwardingTable
+
+from . import bpf
+from .channel import Channel, pair
+from .engine import Engine, Port
+from .rings import TPACKET_V2, RxRing, TxRing, statistics
+
+log = logging.getLogger("batmand")
+
+RX_FRAMES = 1024  # receive-ring slots per worker and hard interface
+RESTART_BACKOFF = 1.0  # seconds between restarts of a worker that keeps dying
+
+
+def _ring_settings(mtu: int, version: int) -> dict:
+    return {"mtu": max(mtu, 1560), "frames": RX_FRAMES, "version": version, "vnet_hdr": True}
+
+
+class InlineDataPlane:
+    def __init__(self, loop, tap_fd: int, slow_host, slow_mesh, settings: dict) -> None:
+        self.loop = loop
+        self.settings = settings
+        self.engine = Engine(tap_fd, slow_host, slow_mesh, gro=settings["gro"], tso=settings["tso"],
+                             csum_offload=settings["csum_offload"])
+        self.socket_drops = 0
+        loop.add_reader(tap_fd, self.engine.on_tap)
+
+    def add_port(self, name: str, mac: bytes, mtu: int) -> None:
+        self.remove_port(name)
+        rx = RxRing(name, program=bpf.UNICAST_ONLY, **_ring_settings(mtu, self.settings["rx_ring"]))
+        tx = TxRing(name, mtu=max(mtu, 1560), vnet_hdr=self.settings["csum_offload"])
+        port = Port(name, mac, mtu, rx, tx)
+        self.engine.add_port(port)
+        self.loop.add_reader(rx.fileno(), self.engine.on_port, port)
+
+    def remove_port(self, name: str) -> None:
+        port = self.engine.remove_port(name)
+        if port is not None:
+            self.loop.remove_reader(port.rx.fileno())
+            self.socket_drops += statistics(port.rx.sock)[1]
+            port.rx.close()
+            port.tx.close()
+
+    def set_ports(self, ports: dict, primary: bytes | None, wifi: bool) -> None:
+        self.engine.set_ports(ports, primary, wifi)
+
+    def apply(self, update: ForwardingUpdate) -> None:
+        self.engine.apply(update)
+
+    def take_seen(self) -> dict:
+        return self.engine.take_seen()
+
+    def counters(self) -> dict:
+        return dict(self.engine.counters)
+
+    def status(self) -> dict:
+        for port in self.engine.ports.values():
+            self.socket_drops += statistics(port.rx.sock)[1]
+        return {"workers": [], "drops": {"socket": self.socket_drops,
+                                         "daemon": self.engine.counters["tx_ring_full"]}}
+
+    def close(self) -> None:
+        self.loop.remove_reader(self.engine.tap_fd)
+        for name in list(self.engine.ports):
+            self.remove_port(name)
+
+
+class _Worker:
+    def __init__(self, index: int, tap_fd: int) -> None:
+        self.index = index
+        self.tap_fd = tap_fd
+        self.proc: subprocess.Popen | None = None
+        self.channel: Channel | None = None
+        self.restarts = 0
+        self.started = 0.0
+        self.counters: dict = {}
+        self.counters_before: collections.Counter = collections.Counter()  # of earlier lives
+        self.socket_drops = 0
+        self.socket_drops_before = 0
+
+
+class WorkerPool:
+    def __init__(self, loop, tap_fds: list[int], slow_host, slow_mesh, settings: dict) -> None:
+        self.loop = loop
+        self.settings = settings
+        self.slow_host = slow_host
+        self.slow_mesh = slow_mesh
+        self.table = ForwardingTable()  # a mirror, to bring restarted workers up to date
+        self.ports: dict[str, tuple[bytes, int, list[RxRing]]] = {}
+        self.port_state: tuple = ({}, None, False)
+        self.seen: dict = {}
+        self.closing = False
+        self.workers = [_Worker(i, fd) for i, fd in enumerate(tap_fds)]
+        for worker in self.workers:
+            self._spawn(worker)
+
+    # --- worker life cycle ----------------------------------------------------------------------------
+
+    def _spawn(self, worker: _Worker) -> None:
+        channel, theirs = pair()
+        worker.proc = subprocess.Popen([sys.executable, "-m", "batmand.dataplane.worker", str(theirs.fileno())],
+                                       pass_fds=[theirs.fileno()])
+        theirs.close()
+        worker.channel = channel
+        worker.started = time.monotonic()
+        self.loop.add_reader(channel.fileno(), self._on_channel, worker)
+        channel.send(("config", {k: self.settings[k] for k in ("gro", "tso", "csum_offload")}), [worker.tap_fd],
+                     must=True)
+        for name in self.ports:
+            self._send_port(worker, name)
+        channel.send(("ports", *self.port_state), must=True)
+        snapshot = ForwardingUpdate(origs=dict(self.table.origs), clients=dict(self.table.clients),
+                                    local_clients=dict(self.table.local_clients), own_ttvn=self.table.own_ttvn)
+        channel.send(("fwd", snapshot), must=True)
+
+    def _send_port(self, worker: _Worker, name: str) -> None:
+        mac, mtu, rings = self.ports[name]
+        tx = TxRing(name, mtu=max(mtu, 1560), vnet_hdr=self.settings["csum_offload"])
+        try:
+            worker.channel.send(("port", name, mac, mtu, _ring_settings(mtu, self.settings["rx_ring"])),
+                                [rings[worker.index].fileno(), tx.fileno()], must=True)
+        finally:
+            tx.close()  # the worker has its own descriptor now
+
+    def _on_channel(self, worker: _Worker) -> None:
+        channel = worker.channel
+        for _ in range(256):
+            try:
+                got = channel.recv()
+            except EOFError:
+                self._lost(worker)
+                return
+            if got is None:
+                return
+            message, _fds = got
+            kind = message[0]
+            if kind == "host":
+                self.slow_host(message[1])
+            elif kind == "mesh":
+                self.slow_mesh(message[1], message[2])
+            elif kind == "stats":
+                worker.counters, seen, worker.socket_drops = message[1], message[2], message[3]
+                self.seen.update(seen)
+
+    def _lost(self, worker: _Worker) -> None:
+        """A worker died: restart it on the same TAP queue and receive rings."""
+        self.loop.remove_reader(worker.channel.fileno())
+        worker.channel.close()
+        code = worker.proc.poll()
+        if code is None:
+            worker.proc.kill()
+            code = worker.proc.wait()
+        worker.counters_before.update(worker.counters)
+        worker.counters = {}
+        worker.socket_drops_before += worker.socket_drops
+        worker.socket_drops = 0
+        if self.closing:
+            return
+        worker.restarts += 1
+        log.warning("data-plane worker %d (pid %d) exited with %s; restarting it", worker.index, worker.proc.pid, code)
+        delay = RESTART_BACKOFF if time.monotonic() - worker.started < RESTART_BACKOFF else 0.0
+        self.loop.call_later(delay, self._respawn, worker)
+
+    def _respawn(self, worker: _Worker) -> None:
+        if not self.closing:
+            self._spawn(worker)
+
+    # --- the daemon's calls -----------------------------------------------------------------------------
+
+    def _broadcast(self, message: tuple) -> None:
+        for worker in self.workers:
+            if worker.channel is not None and worker.proc.poll() is None:
+                worker.channel.send(message, must=True)
+
+    def add_port(self, name: str, mac: bytes, mtu: int) -> None:
+        self.remove_port(name)
+        group = random.randrange(1, 0xFFFF)
+        rings = []
+        try:
+            for _ in self.workers:
+                rings.append(RxRing(name, program=bpf.UNICAST_ONLY, fanout_group=group,
+                                    **_ring_settings(mtu, self.settings["rx_ring"])))
+        except OSError:
+            for ring in rings:
+                ring.close()
+            raise
+        self.ports[name] = (mac, mtu, rings)
+        for worker in self.workers:
+            if worker.channel is not None:
+                self._send_port(worker, name)
+
+    def remove_port(self, name: str) -> None:
+        entry = self.ports.pop(name, None)
+        if entry is None:
+            return
+        self._broadcast(("unport", name))
+        for ring in entry[2]:
+            ring.close()
+
+    def set_ports(self, ports: dict, primary: bytes | None, wifi: bool) -> None:
+        self.port_state = (dict(ports), primary, wifi)
+        self._broadcast(("ports", *self.port_state))
+
+    def apply(self, update: ForwardingUpdate) -> None:
+        self.table.apply(update)
+        self._broadcast(("fwd", update))
+
+    def take_seen(self) -> dict:
+        seen, self.seen = self.seen, {}
+        return seen
+
+    def counters(self) -> dict:
+        total = collections.Counter()
+        for worker in self.workers:
+            total.update(worker.counters_before)
+            total.update(worker.counters)
+        return dict(total)
+
+    def status(self) -> dict:
+        rows = []
+        for w in self.workers:
+            counters = collections.Counter(w.counters_before)
+            counters.update(w.counters)
+            rows.append({"index": w.index, "pid": w.proc.pid if w.proc else None, "restarts": w.restarts,
+                         "rx_frames": counters["rx"] + counters["forward"], "tx_frames": counters["tx"],
+                         "forward_frames": counters["forward"], "slow_path": counters["slow_host"] + counters["slow_mesh"],
+                         "gro_merged": counters["gro_merged"], "tso_segments": counters["tso_segments"],
+                         "socket_drops": w.socket_drops_before + w.socket_drops})
+        total = self.counters()
+        return {"workers": rows,
+                "drops": {"socket": sum(r["socket_drops"] for r in rows),
+                          "daemon": total.get("tx_ring_full", 0) + sum(w.channel.dropped for w in self.workers
+                                                                        if w.channel is not None)}}
+
+    def pids(self) -> list[int]:
+        return [w.proc.pid for w in self.workers if w.proc is not None and w.proc.poll() is None]
+
+    def close(self) -> None:
+        self.closing = True
+        for worker in self.workers:
+            if worker.channel is not None:
+                worker.channel.send(("stop",))
+        deadline = time.monotonic() + 2.0
+        for worker in self.workers:
+            if worker.proc is None:
+                continue
+            try:
+                worker.proc.wait(max(0.05, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                worker.proc.kill()
+                worker.proc.wait()
+            if worker.channel is not None:
+                self.loop.remove_reader(worker.channel.fileno())
+                worker.channel.close()
+                worker.channel = None
+        for name in list(self.ports):
+            for ring in self.ports.pop(name)[2]:
+                ring.close()

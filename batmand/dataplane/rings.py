@@ -1,0 +1,284 @@
+"""PACKET_MMAP rings on AF_PACKET sockets: a burst costs one wake-up (RX) or one
+syscall (TX), not one syscall per frame, and frames are read and rewritten in place.
+
+RX: TPACKET_V2 (one status word per frame: a frame is visible as soon as it lands) or
+TPACKET_V3 (blocks handed over when full or when the block timer retires them: fewer
+status words, but a lone frame waits for the timer). TX: a TPACKET_V2 ring on a socket
+bound with protocol 0, so it never receives."""
+
+from __future__ import annotations
+
+import mmap
+import socket
+import struct
+
+from . import bpf
+
+SOL_PACKET = 263
+PACKET_RX_RING = 5
+PACKET_STATISTICS = 6
+PACKET_VERSION = 10
+PACKET_TX_RING = 13
+PACKET_VNET_HDR = 15
+PACKET_FANOUT = 18
+PACKET_QDISC_BYPASS = 20
+PACKET_IGNORE_OUTGOING = 23
+TPACKET_V2 = 1
+TPACKET_V3 = 2
+PACKET_FANOUT_HASH = 0
+
+TP_STATUS_KERNEL = 0
+TP_STATUS_USER = 1
+TP_STATUS_AVAILABLE = 0
+TP_STATUS_SEND_REQUEST = 1
+TP_STATUS_SENDING = 2
+TP_STATUS_WRONG_FORMAT = 4
+TP_STATUS_CSUMNOTREADY = 1 << 3
+TP_STATUS_CSUM_VALID = 1 << 7
+
+TPACKET2_HDR = struct.Struct("IIIHH")  # status, len, snaplen, mac, net
+TPACKET2_DATA = 32  # TX: data starts after the aligned tpacket2_hdr
+TPACKET3_HDR = struct.Struct("IIIIIIHH")  # next_offset, sec, nsec, snaplen, len, status, mac, net
+BLOCK_HDR = struct.Struct("III")  # at offset 8 of a block: block_status, num_pkts, offset_to_first_pkt
+_U32 = struct.Struct("I")
+ETH_P_BATMAN = 0x4305
+
+
+def frame_size_for(mtu: int) -> int:
+    """Ring slot size holding a frame of this MTU plus the ring and vnet headers."""
+    need = mtu + 14 + 4 + 10 + 96
+    size = 2048
+    while size < need:
+        size *= 2
+    return size
+
+
+def statistics(sock: socket.socket) -> tuple[int, int]:
+    """PACKET_STATISTICS since the last call: (frames seen, frames dropped for lack of room)."""
+    try:
+        raw = sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 12)
+    except OSError:
+        return 0, 0
+    packets, drops = struct.unpack_from("II", raw)
+    return packets, drops
+
+
+class RxRing:
+    """A receive ring on a packet socket bound to one interface, optionally a member of
+    a PACKET_FANOUT_HASH group, with a classic BPF filter."""
+
+    def __init__(self, ifname: str, *, mtu: int = 1560, frames: int = 1024, version: int = TPACKET_V2,
+                 vnet_hdr: bool = False, program: bytes | None = None, fanout_group: int | None = None,
+                 block_timeout_ms: int = 1, sock: socket.socket | None = None) -> None:
+        self.version = version
+        self.vnet_hdr = vnet_hdr
+        self.frame_size = frame_size_for(mtu)
+        if sock is not None:  # an inherited socket whose ring exists: map it again
+            self.sock = sock
+            self._size_from_inherited(frames)
+        else:
+            self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+            try:
+                self._setup(ifname, frames, program, fanout_group, block_timeout_ms)
+            except OSError:
+                self.sock.close()
+                raise
+        self.map = mmap.mmap(self.sock.fileno(), self.ring_bytes, mmap.MAP_SHARED,
+                             mmap.PROT_READ | mmap.PROT_WRITE)
+        self.view = memoryview(self.map)
+        self.index = 0
+        self._taken: list[int] = []  # status words of slots (V2) or blocks (V3) handed to us
+
+    def _setup(self, ifname, frames, program, fanout_group, block_timeout_ms) -> None:
+        s = self.sock
+        s.setsockopt(SOL_PACKET, PACKET_VERSION, self.version)
+        if self.vnet_hdr:
+            s.setsockopt(SOL_PACKET, PACKET_VNET_HDR, 1)
+        if program is not None:
+            bpf.attach(s, program)
+        self._size(frames)
+        if self.version == TPACKET_V2:
+            req = struct.pack("IIII", self.block_size, self.block_nr, self.frame_size, self.frame_nr)
+        else:
+            req = struct.pack("IIIIIII", self.block_size, self.block_nr, self.frame_size, self.frame_nr,
+                              block_timeout_ms, 0, 0)
+        s.setsockopt(SOL_PACKET, PACKET_RX_RING, req)
+        s.bind((ifname, ETH_P_BATMAN))
+        s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+        if fanout_group is not None:
+            s.setsockopt(SOL_PACKET, PACKET_FANOUT, fanout_group | PACKET_FANOUT_HASH << 16)
+        s.setblocking(False)
+
+    def _size(self, frames: int) -> None:
+        if self.version == TPACKET_V2:
+            self.block_size = max(self.frame_size, 1 << 16)
+            per_block = self.block_size // self.frame_size
+        else:
+            self.block_size = 1 << 17
+            per_block = self.block_size // self.frame_size
+        self.block_nr = max(2, -(-frames // per_block))
+        self.frame_nr = self.block_nr * per_block
+        self.ring_bytes = self.block_size * self.block_nr
+
+    def _size_from_inherited(self, frames: int) -> None:
+        self._size(frames)
+
+    def _resync(self) -> None:
+        """Find the oldest waiting frame (the first user-owned slot after a kernel-owned
+        one): after mapping an inherited ring, or when our index lost the kernel's."""
+        n, size, view = self.frame_nr, self.frame_size, self.map
+        status = [_U32.unpack_from(view, i * size)[0] & TP_STATUS_USER for i in range(n)]
+        for i in range(n):
+            if status[i] and not status[i - 1]:
+                self.index = i
+                return
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def frames(self, budget: int) -> list[tuple[int, int, int]]:
+        """Up to `budget` waiting frames as (offset of the data in self.view, length,
+        tp_status). They stay ours (readable and rewritable in place) until release().
+        With vnet_hdr the 10-byte virtio header sits just before the data."""
+        if self.version == TPACKET_V3:
+            return self._frames_v3(budget)
+        view, size, n = self.map, self.frame_size, self.frame_nr
+        unpack = TPACKET2_HDR.unpack_from
+        if not _U32.unpack_from(view, self.index * size)[0] & TP_STATUS_USER:
+            self._resync()  # nothing at our index: we may have lost the kernel's position
+        i = self.index
+        out = []
+        taken = self._taken
+        for _ in range(budget):
+            base = i * size
+            status, length, snaplen, mac, _net = unpack(view, base)
+            if not status & TP_STATUS_USER:
+                break
+            out.append((base + mac, snaplen if snaplen < length else length, status))
+            taken.append(base)
+            i = i + 1 if i + 1 < n else 0
+        self.index = i
+        return out
+
+    def release(self) -> None:
+        """Hand every frame returned by frames() back to the kernel."""
+        view = self.map
+        for base in self._taken:
+            _U32.pack_into(view, base, TP_STATUS_KERNEL)
+        self._taken.clear()
+
+    def _resync_v3(self) -> None:
+        waiting = [(struct.unpack_from("Q", self.map, b * self.block_size + 24)[0], b)
+                   for b in range(self.block_nr)
+                   if _U32.unpack_from(self.map, b * self.block_size + 8)[0] & TP_STATUS_USER]
+        if waiting:
+            self.index = min(waiting)[1]
+
+    def _frames_v3(self, budget: int) -> list[tuple[int, int, int]]:
+        view, bsize = self.map, self.block_size
+        unpack_pkt = TPACKET3_HDR.unpack_from
+        if not _U32.unpack_from(view, self.index * bsize + 8)[0] & TP_STATUS_USER:
+            self._resync_v3()
+        out = []
+        while len(out) < budget:
+            base = self.index * bsize
+            block_status, num, first = BLOCK_HDR.unpack_from(view, base + 8)
+            if not block_status & TP_STATUS_USER:
+                break
+            off = base + first
+            for _ in range(num):
+                next_off, _s, _ns, snaplen, length, status, mac, _net = unpack_pkt(view, off)
+                out.append((off + mac, snaplen, status))
+                off += next_off
+            self._taken.append(base + 8)
+            self.index = (self.index + 1) % self.block_nr
+        return out
+
+    def close(self) -> None:
+        self.view.release()
+        self.map.close()
+        self.sock.close()
+
+
+class TxRing:
+    """A transmit ring: put() copies a frame into the next free slot, flush() makes the
+    kernel send every queued slot in one syscall. Falls back to a plain send when the
+    ring is full."""
+
+    def __init__(self, ifname: str, *, mtu: int = 1560, frames: int = 256, vnet_hdr: bool = False,
+                 sock: socket.socket | None = None) -> None:
+        self.vnet_hdr = vnet_hdr
+        self.frame_size = frame_size_for(mtu)
+        self.block_size = max(self.frame_size, 1 << 16)
+        per_block = self.block_size // self.frame_size
+        self.block_nr = max(1, -(-frames // per_block))
+        self.frame_nr = self.block_nr * per_block
+        self.max_data = self.frame_size - TPACKET2_DATA - (10 if vnet_hdr else 0)
+        if sock is None:
+            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+            try:
+                sock.setsockopt(SOL_PACKET, PACKET_VERSION, TPACKET_V2)
+                if vnet_hdr:
+                    sock.setsockopt(SOL_PACKET, PACKET_VNET_HDR, 1)
+                sock.setsockopt(SOL_PACKET, PACKET_QDISC_BYPASS, 1)
+                req = struct.pack("IIII", self.block_size, self.block_nr, self.frame_size, self.frame_nr)
+                sock.setsockopt(SOL_PACKET, PACKET_TX_RING, req)
+                sock.bind((ifname, 0))
+            except OSError:
+                sock.close()
+                raise
+        self.sock = sock
+        self.map = mmap.mmap(sock.fileno(), self.block_size * self.block_nr, mmap.MAP_SHARED,
+                             mmap.PROT_READ | mmap.PROT_WRITE)
+        self.index = 0
+        self.pending = 0
+        self.dropped = 0  # frames that found no free slot even after a flush
+        self.bad = 0  # frames the kernel refused (TP_STATUS_WRONG_FORMAT)
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def _free_slot(self) -> int | None:
+        base = self.index * self.frame_size
+        status = _U32.unpack_from(self.map, base)[0]
+        if status == TP_STATUS_AVAILABLE:
+            return base
+        if status == TP_STATUS_WRONG_FORMAT:
+            self.bad += 1
+            return base
+        return None
+
+    def put(self, parts, length: int) -> bool:
+        """Queue one frame given as buffers (vnet header first when vnet_hdr) of `length`
+        bytes in total. False when it is too big or no slot frees up."""
+        if length > self.max_data + (10 if self.vnet_hdr else 0):
+            return False
+        base = self._free_slot()
+        if base is None:
+            self.flush()
+            base = self._free_slot()
+            if base is None:
+                self.dropped += 1
+                return False
+        m = self.map
+        pos = base + TPACKET2_DATA
+        for part in parts:
+            end = pos + len(part)
+            m[pos:end] = part
+            pos = end
+        TPACKET2_HDR.pack_into(m, base, TP_STATUS_SEND_REQUEST, length, length, 0, 0)
+        self.index = self.index + 1 if self.index + 1 < self.frame_nr else 0
+        self.pending += 1
+        return True
+
+    def flush(self) -> None:
+        if self.pending:
+            self.pending = 0
+            try:
+                self.sock.send(b"", socket.MSG_DONTWAIT)
+            except (BlockingIOError, OSError):
+                pass  # slots stay queued; the next flush tries again
+
+    def close(self) -> None:
+        self.map.close()
+        self.sock.close()

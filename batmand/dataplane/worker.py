@@ -1,0 +1,125 @@
+"""A data-plane worker process: one TAP queue, one receive ring per hard interface in
+that interface's fanout group, its own transmit rings, and an Engine. It shares nothing
+with the other workers; the control process sends it tables and descriptors over the
+channel, and it sends back frames for the slow path and, twice a second, counters and
+the local clients it saw.
+
+Run as `python -m batmand.dataplane.worker FD` with the channel socket inherited."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import sys
+import time
+
+from .channel import Channel
+from .engine import Engine, Port
+from .rings import RxRing, TxRing, statistics
+
+REPORT_INTERVAL = 0.5
+
+
+class Worker:
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        self.engine: Engine | None = None
+        self.epoll = select.epoll()
+        self.epoll.register(channel.fileno(), select.EPOLLIN)
+        self.by_fd: dict[int, Port] = {}
+        self.socket_drops = 0
+        self.running = True
+
+    def run(self) -> None:
+        next_report = time.monotonic() + REPORT_INTERVAL
+        channel_fd = self.channel.fileno()
+        while self.running:
+            for fd, _events in self.epoll.poll(REPORT_INTERVAL):
+                if fd == channel_fd:
+                    self.on_channel()
+                elif self.engine is not None and fd == self.engine.tap_fd:
+                    self.engine.on_tap()
+                else:
+                    port = self.by_fd.get(fd)
+                    if port is not None:
+                        self.engine.on_port(port)
+            now = time.monotonic()
+            if now >= next_report:
+                next_report = now + REPORT_INTERVAL
+                self.report()
+
+    def report(self) -> None:
+        if self.engine is None:
+            return
+        for port in self.engine.ports.values():
+            self.socket_drops += statistics(port.rx.sock)[1]
+        self.channel.send(("stats", dict(self.engine.counters), self.engine.take_seen(), self.socket_drops))
+
+    def on_channel(self) -> None:
+        while True:
+            try:
+                got = self.channel.recv()
+            except EOFError:
+                self.running = False  # the control process is gone
+                return
+            if got is None:
+                return
+            message, fds = got
+            getattr(self, "do_" + message[0])(*message[1:], fds=fds)
+
+    # --- messages from the control process ------------------------------------------------------
+
+    def do_config(self, settings: dict, fds) -> None:
+        tap_fd = fds[0]
+        os.set_blocking(tap_fd, False)
+        self.engine = Engine(tap_fd, self._slow_host, self._slow_mesh, gro=settings["gro"], tso=settings["tso"],
+                             csum_offload=settings["csum_offload"])
+        self.epoll.register(tap_fd, select.EPOLLIN)
+
+    def do_port(self, name: str, mac: bytes, mtu: int, ring: dict, fds) -> None:
+        self.do_unport(name, fds=())
+        rx = RxRing(name, sock=socket.socket(fileno=fds[0]), **ring)
+        tx = TxRing(name, mtu=ring["mtu"], vnet_hdr=self.engine.csum_offload, sock=socket.socket(fileno=fds[1]))
+        port = Port(name, mac, mtu, rx, tx)
+        self.engine.add_port(port)
+        self.by_fd[rx.fileno()] = port
+        self.epoll.register(rx.fileno(), select.EPOLLIN)
+
+    def do_unport(self, name: str, fds) -> None:
+        port = self.engine.remove_port(name)
+        if port is not None:
+            self.epoll.unregister(port.rx.fileno())
+            self.by_fd.pop(port.rx.fileno(), None)
+            port.rx.close()
+            port.tx.close()
+
+    def do_ports(self, ports: dict, primary, wifi: bool, fds) -> None:
+        self.engine.set_ports(ports, primary, wifi)
+
+    def do_fwd(self, update, fds) -> None:
+        self.engine.apply(update)
+
+    def do_stop(self, fds) -> None:
+        self.running = False
+
+    # --- frames for the control process ------------------------------------------------------
+
+    def _slow_host(self, frame: bytes) -> None:
+        self.channel.send(("host", frame))
+
+    def _slow_mesh(self, ifname: str, frame: bytes) -> None:
+        self.channel.send(("mesh", ifname, frame))
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the control process decides when we stop
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    channel = Channel(socket.socket(fileno=int(argv[0])))
+    Worker(channel).run()
+
+
+if __name__ == "__main__":
+    main()

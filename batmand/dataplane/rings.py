@@ -195,8 +195,11 @@ class RxRing:
         return out
 
     def close(self) -> None:
-        self.view.release()
-        self.map.close()
+        try:
+            self.view.release()
+            self.map.close()
+        except BufferError:
+            pass  # a slice of the ring is still referenced: the mapping goes with it
         self.sock.close()
 
 

@@ -14,12 +14,14 @@ from tests.interop.conftest import require_kernel_nodes
 from tests.interop.matrix import _o_rows, check_all, originator, ping
 
 INTERVAL_MS = 500
+WORKERS = 2  # the data plane with worker processes (fanout rings, TAP queues, offloads) meets the kernel
 
 
 def _lab(topology: str, algo: str) -> Lab:
     topo = load(topology)
     topo.batmand["orig_interval_ms"] = INTERVAL_MS
     topo.batmand["routing_algo"] = algo
+    topo.batmand["workers"] = WORKERS
     if algo == "BATMAN_V":  # virtio-net reports no speed: give both sides the same figure
         for name, node in topo.nodes.items():
             ifaces = [l.ifname_a if l.a == name else l.ifname_b for l in topo.links if name in (l.a, l.b)]

@@ -4,7 +4,8 @@ syscall (TX), not one syscall per frame, and frames are read and rewritten in pl
 RX: TPACKET_V2 (one status word per frame: a frame is visible as soon as it lands) or
 TPACKET_V3 (blocks handed over when full or when the block timer retires them: fewer
 status words, but a lone frame waits for the timer). TX: a TPACKET_V2 ring on a socket
-bound with protocol 0, so it never receives."""
+bound with protocol 0, so it never receives; it goes through the interface's qdisc, as
+the kernel's batman-adv does: traffic shaping configured by the user applies to it."""
 
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ PACKET_VERSION = 10
 PACKET_TX_RING = 13
 PACKET_VNET_HDR = 15
 PACKET_FANOUT = 18
-PACKET_QDISC_BYPASS = 20
 PACKET_IGNORE_OUTGOING = 23
 TPACKET_V2 = 1
 TPACKET_V3 = 2
@@ -223,7 +223,6 @@ class TxRing:
                 sock.setsockopt(SOL_PACKET, PACKET_VERSION, TPACKET_V2)
                 if vnet_hdr:
                     sock.setsockopt(SOL_PACKET, PACKET_VNET_HDR, 1)
-                sock.setsockopt(SOL_PACKET, PACKET_QDISC_BYPASS, 1)
                 req = struct.pack("IIII", self.block_size, self.block_nr, self.frame_size, self.frame_nr)
                 sock.setsockopt(SOL_PACKET, PACKET_TX_RING, req)
                 sock.bind((ifname, 0))

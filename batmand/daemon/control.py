@@ -164,6 +164,7 @@ class ControlServer:
 
     async def cmd_statistics(self, args, writer):
         dataplane = self.service.dataplane
+        await dataplane.refresh()
         stats = tables.statistics(self.service.mesh, dataplane.counters())
         # frames lost at the packet sockets (the control process's and the data plane's rings)
         stats["drop_socket_buffer"] = (sum(s.statistics()[1] for s in self.service.sockets.values())
@@ -172,9 +173,13 @@ class ControlServer:
 
     async def cmd_dataplane(self, args, writer):
         """Per-worker counters and drops by place (socket rings, TAP queue, daemon)."""
+        await self.service.dataplane.refresh()
         status = self.service.dataplane.status()
         status["mode"] = "inline" if not status["workers"] else f"{len(status['workers'])} workers"
-        status["drops"]["tap"] = _tap_tx_dropped(self.service.softif.name) + self.service.softif.write_dropped
+        # tap: frames the host could not queue to the TAP (no worker read them in time);
+        # tap_write: frames for the host whose TAP write failed (the host's backlog was full)
+        status["drops"]["tap"] = _tap_tx_dropped(self.service.softif.name)
+        status["drops"]["tap_write"] += self.service.softif.write_dropped
         status["counters"] = self.service.dataplane.counters()
         return status
 

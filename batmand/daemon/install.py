@@ -22,7 +22,14 @@ def sample_config() -> str:
              '# interfaces = ["eth0"]        # hard interfaces; the first is the primary',
              '# state_dir = "/var/lib/batmand"',
              '# control_group = ""          # a group that may use the control socket (mode 0660)',
-             "# control_max_request = 65536", ""]
+             "# control_max_request = 65536", "",
+             '# The data plane (see README, "The data plane"):',
+             "# workers = <number of CPUs>  # worker processes; 0 runs the data plane inline",
+             "# gro = true                  # coalesce TCP segments delivered to the host into GSO frames",
+             "# tso = true                  # accept TSO super-frames from the host, segment them in the workers",
+             "# csum_offload = true         # leave partial checksums to the kernel (TAP and the hard interfaces)",
+             '# rx_ring = "v2"              # PACKET_MMAP receive ring: v2 (a wake-up per burst) or v3 (block timer)',
+             ""]
     for f in dataclasses.fields(MeshConfig):
         value = f.default
         text = f'"{value}"' if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else value

@@ -66,7 +66,7 @@ class Engine:
         self.counters = dict.fromkeys(
             ("tx", "tx_bytes", "rx", "rx_bytes", "forward", "forward_bytes", "slow_host", "slow_mesh",
              "tso_frames", "tso_segments", "gro_merged", "gro_written", "tap_write_dropped", "tx_ring_full",
-             "bad_gso", "truncated", "rx_batches"), 0)
+             "bad_gso", "truncated", "rx_batches", "rx_unicast"), 0)
         self._seen: dict = {}
 
     # --- tables ---------------------------------------------------------------------------------
@@ -222,6 +222,7 @@ class Engine:
                         inner_dst[0] & 1 or self.fwd.local_clients.get((inner_dst, tagged[0])) is True):
                     self._to_slow_mesh(port, view, off, length, status)
                     continue
+                counters["rx_unicast"] += 1
                 counters["rx"] += 1
                 counters["rx_bytes"] += length - UNICAST_PREFIX_LEN
                 if status & TP_STATUS_CSUMNOTREADY:
@@ -267,6 +268,7 @@ class Engine:
                     _f, _g, _h, _s, csum_start, csum_offset = _VNET.unpack_from(view, off - VNET)
                     offload.finish_checksum(frame, csum_start, csum_offset)
                 ok = out.tx.put((frame,), length)
+            counters["rx_unicast"] += 1
             if ok:
                 touched.add(out)
                 counters["forward"] += 1

@@ -12,7 +12,9 @@ interfaces change, apply() for forwarding-table updates, take_seen() and counter
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import contextlib
 import logging
 import random
 import subprocess
@@ -71,14 +73,18 @@ class InlineDataPlane:
     def take_seen(self) -> dict:
         return self.engine.take_seen()
 
+    async def refresh(self) -> None:
+        """Counters are always current inline."""
+
     def counters(self) -> dict:
         return dict(self.engine.counters)
 
     def status(self) -> dict:
         for port in self.engine.ports.values():
             self.socket_drops += statistics(port.rx.sock)[1]
-        return {"workers": [], "drops": {"socket": self.socket_drops,
-                                         "daemon": self.engine.counters["tx_ring_full"]}}
+        counters = self.engine.counters
+        return {"workers": [], "drops": {"socket": self.socket_drops, "daemon": counters["tx_ring_full"],
+                                         "tap_write": counters["tap_write_dropped"]}}
 
     def close(self) -> None:
         self.loop.remove_reader(self.engine.tap_fd)
@@ -98,6 +104,7 @@ class _Worker:
         self.counters_before: collections.Counter = collections.Counter()  # of earlier lives
         self.socket_drops = 0
         self.socket_drops_before = 0
+        self.reported: asyncio.Event | None = None  # set by the next report after refresh() asked
 
 
 class WorkerPool:
@@ -162,6 +169,8 @@ class WorkerPool:
             elif kind == "stats":
                 worker.counters, seen, worker.socket_drops = message[1], message[2], message[3]
                 self.seen.update(seen)
+                if worker.reported is not None:
+                    worker.reported.set()
 
     def _lost(self, worker: _Worker) -> None:
         """A worker died: restart it on the same TAP queue and receive rings."""
@@ -230,6 +239,18 @@ class WorkerPool:
         seen, self.seen = self.seen, {}
         return seen
 
+    async def refresh(self, timeout: float = 0.5) -> None:
+        """Ask every worker for its counters now (they report on their own twice a second)."""
+        waits = []
+        for worker in self.workers:
+            if worker.channel is not None and worker.proc.poll() is None:
+                worker.reported = asyncio.Event()
+                if worker.channel.send(("report",), must=True):
+                    waits.append(worker.reported.wait())
+        if waits:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*waits), timeout)
+
     def counters(self) -> dict:
         total = collections.Counter()
         for worker in self.workers:
@@ -243,13 +264,14 @@ class WorkerPool:
             counters = collections.Counter(w.counters_before)
             counters.update(w.counters)
             rows.append({"index": w.index, "pid": w.proc.pid if w.proc else None, "restarts": w.restarts,
-                         "rx_frames": counters["rx"] + counters["forward"], "tx_frames": counters["tx"],
+                         "rx_frames": counters["rx"] + counters["forward"], "tx_frames": counters["tx"] + counters["forward"],
                          "forward_frames": counters["forward"], "slow_path": counters["slow_host"] + counters["slow_mesh"],
                          "gro_merged": counters["gro_merged"], "tso_segments": counters["tso_segments"],
                          "socket_drops": w.socket_drops_before + w.socket_drops})
         total = self.counters()
         return {"workers": rows,
                 "drops": {"socket": sum(r["socket_drops"] for r in rows),
+                          "tap_write": total.get("tap_write_dropped", 0),
                           "daemon": total.get("tx_ring_full", 0) + sum(w.channel.dropped for w in self.workers
                                                                         if w.channel is not None)}}
 

@@ -55,7 +55,12 @@ class Worker:
             return
         for port in self.engine.ports.values():
             self.socket_drops += statistics(port.rx.sock)[1]
-        self.channel.send(("stats", dict(self.engine.counters), self.engine.take_seen(), self.socket_drops))
+        counters = dict(self.engine.counters)
+        counters["drop_slow_path_queue"] = self.channel.dropped  # the control process lagged behind
+        self.channel.send(("stats", counters, self.engine.take_seen(), self.socket_drops), must=True)
+
+    def do_report(self, fds) -> None:
+        self.report()
 
     def on_channel(self) -> None:
         while True:

@@ -45,7 +45,7 @@ class InlineDataPlane:
         self.settings = settings
         self.engine = Engine(tap_fd, slow_host, slow_mesh, gro=settings["gro"], tso=settings["tso"],
                              csum_offload=settings["csum_offload"])
-        self.socket_drops = 0
+        self.ring_drops: collections.Counter = collections.Counter()  # per hard interface
         loop.add_reader(tap_fd, self.engine.on_tap)
 
     def add_port(self, name: str, mac: bytes, mtu: int) -> None:
@@ -60,7 +60,7 @@ class InlineDataPlane:
         port = self.engine.remove_port(name)
         if port is not None:
             self.loop.remove_reader(port.rx.fileno())
-            self.socket_drops += statistics(port.rx.sock)[1]
+            self.ring_drops[name] += statistics(port.rx.sock)[1]
             port.rx.close()
             port.tx.close()
 
@@ -80,11 +80,12 @@ class InlineDataPlane:
         return dict(self.engine.counters)
 
     def status(self) -> dict:
-        for port in self.engine.ports.values():
-            self.socket_drops += statistics(port.rx.sock)[1]
+        for name, port in self.engine.ports.items():
+            self.ring_drops[name] += statistics(port.rx.sock)[1]
         counters = self.engine.counters
-        return {"workers": [], "drops": {"socket": self.socket_drops, "daemon": counters["tx_ring_full"],
-                                         "tap_write": counters["tap_write_dropped"]}}
+        return {"workers": [], "ring_drops": dict(self.ring_drops),
+                "drops": {"socket": sum(self.ring_drops.values()), "daemon": counters["tx_ring_full"],
+                          "tap_write": counters["tap_write_dropped"]}}
 
     def close(self) -> None:
         self.loop.remove_reader(self.engine.tap_fd)
@@ -102,8 +103,8 @@ class _Worker:
         self.started = 0.0
         self.counters: dict = {}
         self.counters_before: collections.Counter = collections.Counter()  # of earlier lives
-        self.socket_drops = 0
-        self.socket_drops_before = 0
+        self.ring_drops: dict = {}  # per hard interface, this life
+        self.ring_drops_before: collections.Counter = collections.Counter()  # earlier lives
         self.reported: asyncio.Event | None = None  # set by the next report after refresh() asked
 
 
@@ -167,7 +168,7 @@ class WorkerPool:
             elif kind == "mesh":
                 self.slow_mesh(message[1], message[2])
             elif kind == "stats":
-                worker.counters, seen, worker.socket_drops = message[1], message[2], message[3]
+                worker.counters, seen, worker.ring_drops = message[1], message[2], message[3]
                 self.seen.update(seen)
                 if worker.reported is not None:
                     worker.reported.set()
@@ -182,8 +183,8 @@ class WorkerPool:
             code = worker.proc.wait()
         worker.counters_before.update(worker.counters)
         worker.counters = {}
-        worker.socket_drops_before += worker.socket_drops
-        worker.socket_drops = 0
+        worker.ring_drops_before.update(worker.ring_drops)
+        worker.ring_drops = {}
         if self.closing:
             return
         worker.restarts += 1
@@ -267,9 +268,13 @@ class WorkerPool:
                          "rx_frames": counters["rx"] + counters["forward"], "tx_frames": counters["tx"] + counters["forward"],
                          "forward_frames": counters["forward"], "slow_path": counters["slow_host"] + counters["slow_mesh"],
                          "gro_merged": counters["gro_merged"], "tso_segments": counters["tso_segments"],
-                         "socket_drops": w.socket_drops_before + w.socket_drops})
+                         "socket_drops": sum(w.ring_drops_before.values()) + sum(w.ring_drops.values())})
         total = self.counters()
-        return {"workers": rows,
+        ring_drops = collections.Counter()
+        for w in self.workers:
+            ring_drops.update(w.ring_drops_before)
+            ring_drops.update(w.ring_drops)
+        return {"workers": rows, "ring_drops": dict(ring_drops),
                 "drops": {"socket": sum(r["socket_drops"] for r in rows),
                           "tap_write": total.get("tap_write_dropped", 0),
                           "daemon": total.get("tx_ring_full", 0) + sum(w.channel.dropped for w in self.workers

@@ -29,7 +29,7 @@ class Worker:
         self.epoll = select.epoll()
         self.epoll.register(channel.fileno(), select.EPOLLIN)
         self.by_fd: dict[int, Port] = {}
-        self.socket_drops = 0
+        self.ring_drops: dict[str, int] = {}  # per hard interface: frames lost for lack of ring slots
         self.running = True
 
     def run(self) -> None:
@@ -53,11 +53,11 @@ class Worker:
     def report(self) -> None:
         if self.engine is None:
             return
-        for port in self.engine.ports.values():
-            self.socket_drops += statistics(port.rx.sock)[1]
+        for name, port in self.engine.ports.items():
+            self.ring_drops[name] = self.ring_drops.get(name, 0) + statistics(port.rx.sock)[1]
         counters = dict(self.engine.counters)
         counters["drop_slow_path_queue"] = self.channel.dropped  # the control process lagged behind
-        self.channel.send(("stats", counters, self.engine.take_seen(), self.socket_drops), must=True)
+        self.channel.send(("stats", counters, self.engine.take_seen(), dict(self.ring_drops)), must=True)
 
     def do_report(self, fds) -> None:
         self.report()

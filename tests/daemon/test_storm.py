@@ -5,8 +5,8 @@ loop reaches. Checked: no daemon dies, RSS stays flat once the limits are full, 
 answering, the real routes stay, and every frame that reached the middle daemon's socket
 is accounted for in its counters.
 
-Accounting, from outside the daemon (it exposes neither a per-interface receive count nor
-its sockets' PACKET_STATISTICS):
+Accounting, from outside the daemon (it exposes no per-interface receive count; its data
+plane's rings report their PACKET_STATISTICS drops through `batmanctl dp`):
 - frames offered to the daemon's socket on each hard interface: a socket of our own bound
   the same way (ETH_P_BATMAN, PACKET_IGNORE_OUTGOING) with a tiny receive buffer; its
   PACKET_STATISTICS tp_packets counts every frame, queued or dropped
@@ -376,7 +376,7 @@ def snapshot(storm: StormLab, counter: FrameCounter, sniffer: OgmSniffer) -> dic
         extra = sniffer.settle()
         snap = {
             "offered": counter.read(),
-            "sockets": daemon_sockets(storm.n2, lab.pids["n2"]),
+            "sockets": with_ring_drops(daemon_sockets(storm.n2, lab.pids["n2"]), lab),
             "stats": stats(lab, "n2"),
             "ogm_extra": extra,
             "time": time.time(),
@@ -384,6 +384,15 @@ def snapshot(storm: StormLab, counter: FrameCounter, sniffer: OgmSniffer) -> dic
     finally:
         storm.pause_real_links(False)
     return snap
+
+
+def with_ring_drops(sockets: dict, lab) -> dict:
+    """Add what the data plane's receive rings lost: a full PACKET_MMAP ring counts its drops
+    only in PACKET_STATISTICS (which the daemon reads), not in the sk_drops sock_diag shows."""
+    rings = json.loads(lab.batmanctl("n2", "dp", "--json", check=True).stdout).get("ring_drops", {})
+    for ifname, drops in rings.items():
+        sockets.setdefault(ifname, {"queued": 0, "drops": 0})["drops"] += drops
+    return sockets
 
 
 def start_iperf(lab, seconds: float) -> tuple[subprocess.Popen, subprocess.Popen]:
@@ -651,7 +660,7 @@ def test_frames_for_another_host_never_reach_the_daemon(storm_lab):
     try:
         storm.drain()
         counter.read()
-        before_socket = daemon_sockets(storm.n2, lab.pids["n2"])[TARGET_IF]["drops"]
+        before_socket = with_ring_drops(daemon_sockets(storm.n2, lab.pids["n2"]), lab)[TARGET_IF]["drops"]
         before = counted(stats(lab, "n2"))
         before_all = stats(lab, "n2")
         for _ in range(OTHERHOST_FRAMES):
@@ -659,7 +668,7 @@ def test_frames_for_another_host_never_reach_the_daemon(storm_lab):
             time.sleep(0.0005)  # slowly: nothing dropped at the socket
         storm.drain()
         offered = counter.read()[TARGET_IF]
-        socket_drops = daemon_sockets(storm.n2, lab.pids["n2"])[TARGET_IF]["drops"] - before_socket
+        socket_drops = with_ring_drops(daemon_sockets(storm.n2, lab.pids["n2"]), lab)[TARGET_IF]["drops"] - before_socket
         after_all = stats(lab, "n2")
         got = counted(after_all) - before
     finally:

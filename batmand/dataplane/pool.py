@@ -31,7 +31,7 @@ from .rings import TPACKET_V2, RxRing, TxRing, statistics
 
 log = logging.getLogger("batmand")
 
-RX_FRAMES = 1024  # receive-ring slots per worker and hard interface
+RX_FRAMES = 4096  # receive-ring slots per worker and hard interface: a TCP window's burst fits
 RESTART_BACKOFF = 1.0  # seconds between restarts of a worker that keeps dying
 
 

@@ -26,6 +26,8 @@ from . import offload
 from .rings import TP_STATUS_CSUM_VALID, TP_STATUS_CSUMNOTREADY, RxRing, TxRing
 
 BATCH = 64  # frames per wake-up before the engine looks at its control messages again
+DECISION_CACHE = 4096  # cached forwarding decisions per hard interface
+DELIVER, SLOW = "deliver", "slow"
 _BATMAN = b"\x43\x05"
 _VLAN = b"\x81\x00"
 VNET = offload.VNET_HDR_LEN
@@ -44,6 +46,7 @@ class Port:
         self.mtu = mtu
         self.rx = rx
         self.tx = tx
+        self.decisions: dict = {}  # first 40 bytes of a received frame -> Engine._decide()
 
 
 class Engine:
@@ -73,8 +76,13 @@ class Engine:
 
     def apply(self, update) -> None:
         self.fwd.apply(update)
+        self._forget_decisions()
+
+    def _forget_decisions(self) -> None:
         self._take_cache_hits()
         self._host_cache.clear()
+        for port in self.ports.values():
+            port.decisions.clear()
 
     def set_ports(self, ports: dict[str, tuple[bytes, int]], primary: bytes | None, wifi: bool) -> None:
         """Interface addresses and MTUs changed (rings are attached with add_port)."""
@@ -84,17 +92,17 @@ class Engine:
                 port.mac, port.mtu = mac, mtu
         self.primary = primary
         self.wifi = wifi
-        self._take_cache_hits()
-        self._host_cache.clear()
+        self._forget_decisions()
 
     def add_port(self, port: Port) -> None:
         self.remove_port(port.name)
         self.ports[port.name] = port
-        self._host_cache.clear()
+        self._forget_decisions()
 
     def remove_port(self, name: str) -> Port | None:
-        self._host_cache.clear()
-        return self.ports.pop(name, None)
+        port = self.ports.pop(name, None)
+        self._forget_decisions()  # decisions elsewhere may point at this port
+        return port
 
     def _take_cache_hits(self) -> None:
         now = time.monotonic()
@@ -128,19 +136,44 @@ class Engine:
             if gso_type == _GSO_NONE:
                 self._from_host(view[VNET:n], flags & _NEEDS_CSUM, csum_start, csum_offset, touched)
                 continue
-            l2 = 18 if buf[VNET + 12:VNET + 14] == _VLAN else 14
-            try:
-                segments = offload.segment(view[VNET:n], gso_type, gso_size, self.csum_offload, l2)
-            except ValueError:
-                self.counters["bad_gso"] += 1
-                continue
-            self.counters["tso_frames"] += 1
-            self.counters["tso_segments"] += len(segments)
-            partial = self.csum_offload
-            for seg in segments:
-                self._from_host(seg, partial, csum_start, 16, touched)
+            self._from_host_gso(view[VNET:n], gso_type, gso_size, csum_start, touched)
         for port in touched:
             port.tx.flush()
+
+    def _from_host_gso(self, frame, gso_type: int, gso_size: int, csum_start: int, touched: set) -> None:
+        """A TSO super-frame: cut it into MTU segments. When the table knows the route
+        (all segments share the addresses) they go straight into the transmit ring as
+        (our headers, their headers, payload), never joined; else one by one as any frame."""
+        l2 = 18 if frame[12:14] == _VLAN else 14
+        try:
+            parts = offload.segment_parts(frame, gso_type, gso_size, self.csum_offload, l2)
+        except ValueError:
+            self.counters["bad_gso"] += 1
+            return
+        self.counters["tso_frames"] += 1
+        self.counters["tso_segments"] += len(parts)
+        entry = self._host_cache.get(bytes(frame[0:16])) or self._host_route(frame)
+        if entry is None or len(parts[0][0]) + gso_size + UNICAST_PREFIX_LEN - 14 > entry[0].mtu:
+            for headers, payload in parts:
+                self._from_host(headers + payload, self.csum_offload, csum_start, 16, touched)
+            return
+        port, prefix, hits, _client = entry
+        if self.csum_offload:
+            head = _VNET.pack(_NEEDS_CSUM, 0, 0, 0, csum_start + UNICAST_PREFIX_LEN, 16) + prefix
+        else:
+            head = prefix
+        put = port.tx.put
+        sent = sent_bytes = 0
+        for headers, payload in parts:
+            size = len(headers) + len(payload)
+            if put((head, headers, payload), len(head) + size):
+                sent += 1
+                sent_bytes += size
+        hits[0] += sent
+        touched.add(port)
+        self.counters["tx"] += sent
+        self.counters["tx_bytes"] += sent_bytes
+        self.counters["tx_ring_full"] += len(parts) - sent
 
     def _from_host(self, frame, needs_csum, csum_start: int, csum_offset: int, touched: set) -> None:
         entry = self._host_cache.get(bytes(frame[0:16]))
@@ -198,33 +231,53 @@ class Engine:
 
     # --- mesh -> host / next hop -----------------------------------------------------------------
 
+    def _decide(self, port: Port, frame) -> object:
+        """What to do with a UNICAST frame from `port`: DELIVER, (out port, next hop) to
+        forward, or SLOW. Depends only on the first 40 bytes (addresses, TTL, TTVN, the
+        inner destination and tag), so on_port caches it per port until the tables change."""
+        if len(frame) < UNICAST_PREFIX_LEN + 14 or frame[15] != 15 or frame[0:6] != port.mac:
+            return SLOW
+        tagged = _vid(frame, UNICAST_PREFIX_LEN)
+        if tagged is None:
+            return SLOW
+        client = (bytes(frame[24:30]), tagged[0])
+        if frame[18:24] == self.primary:
+            if seq_before8(frame[17], self.fwd.own_ttvn):
+                return SLOW
+            return DELIVER if client[0][0] & 1 or self.fwd.local_clients.get(client) is True else SLOW
+        route = self.fwd.origs.get(bytes(frame[18:24]))
+        if route is None or self.wifi or frame[16] < 2 or seq_before8(frame[17], route.ttvn) \
+                or client in self.fwd.local_clients:
+            return SLOW
+        out = self.ports.get(route.iface)
+        return SLOW if out is None else (out, bytes(route.next_hop) + out.mac)
+
     def on_port(self, port: Port) -> None:
-        """A batch of UNICAST frames from a hard interface's ring."""
+        """A batch of UNICAST frames from a hard interface's ring: deliver (through the
+        coalescer) or forward in place; the rest to the slow path."""
         ring = port.rx
         view = ring.view
         counters = self.counters
         coalesce = self.gro
         coalescer = self.coalescer
         tap = self.tap_fd
-        primary = self.primary
+        decisions = port.decisions
         touched = set()
         batch = ring.frames(BATCH)
         counters["rx_batches"] += 1
+        delivered = forwarded = delivered_bytes = forwarded_bytes = 0
         for off, length, status in batch:
-            frame = view[off:off + length]
-            if length < UNICAST_PREFIX_LEN + 14 or frame[15] != 15 or frame[0:6] != port.mac:
-                self._to_slow_mesh(port, view, off, length, status)
-                continue
-            if frame[18:24] == primary:
-                inner_dst = bytes(frame[24:30])
-                tagged = _vid(frame, UNICAST_PREFIX_LEN)
-                if tagged is None or seq_before8(frame[17], self.fwd.own_ttvn) or not (
-                        inner_dst[0] & 1 or self.fwd.local_clients.get((inner_dst, tagged[0])) is True):
-                    self._to_slow_mesh(port, view, off, length, status)
-                    continue
-                counters["rx_unicast"] += 1
-                counters["rx"] += 1
-                counters["rx_bytes"] += length - UNICAST_PREFIX_LEN
+            key = bytes(view[off:off + 40])
+            decision = decisions.get(key)
+            if decision is None:
+                decision = self._decide(port, view[off:off + length])
+                if len(decisions) >= DECISION_CACHE:
+                    decisions.clear()  # a peer varying addresses cannot grow it
+                if length >= 40:
+                    decisions[key] = decision
+            if decision is DELIVER:
+                delivered += 1
+                delivered_bytes += length - UNICAST_PREFIX_LEN
                 if status & TP_STATUS_CSUMNOTREADY:
                     _f, _g, _h, _s, csum_start, csum_offset = _VNET.unpack_from(view, off - VNET)
                     csum, csum_start = offload.CSUM_PARTIAL, csum_start - UNICAST_PREFIX_LEN
@@ -245,48 +298,53 @@ class Engine:
                 except BlockingIOError:
                     counters["tap_write_dropped"] += 1
                 continue
-            route = self.fwd.origs.get(bytes(frame[18:24]))
-            if route is None or self.wifi or frame[16] < 2 or seq_before8(frame[17], route.ttvn):
+            if decision is SLOW:
+                if coalesce:
+                    self._flush_gro()  # a flow's earlier segments go to the host first
                 self._to_slow_mesh(port, view, off, length, status)
                 continue
-            tagged = _vid(frame, UNICAST_PREFIX_LEN)
-            if tagged is None or (bytes(frame[24:30]), tagged[0]) in self.fwd.local_clients:
-                self._to_slow_mesh(port, view, off, length, status)
+            out, addresses = decision
+            if length - 14 > out.mtu:
+                self._to_slow_mesh(port, view, off, length, status)  # the core fragments it
                 continue
-            out = self.ports.get(route.iface)
-            if out is None or length - 14 > out.mtu:
-                self._to_slow_mesh(port, view, off, length, status)
-                continue
-            view[off:off + 6] = route.next_hop
-            view[off + 6:off + 12] = out.mac
+            view[off:off + 12] = addresses
             view[off + 16] -= 1
-            if out.tx.vnet_hdr:
-                ok = out.tx.put((view[off - VNET:off + length],), VNET + length) if status & TP_STATUS_CSUMNOTREADY \
-                    else out.tx.put((offload.VNET_PLAIN, frame), VNET + length)
+            tx = out.tx
+            if tx.vnet_hdr:
+                ok = tx.put((view[off - VNET:off + length],), VNET + length) if status & TP_STATUS_CSUMNOTREADY \
+                    else tx.put((offload.VNET_PLAIN, view[off:off + length]), VNET + length)
             else:
                 if status & TP_STATUS_CSUMNOTREADY:
                     _f, _g, _h, _s, csum_start, csum_offset = _VNET.unpack_from(view, off - VNET)
-                    offload.finish_checksum(frame, csum_start, csum_offset)
-                ok = out.tx.put((frame,), length)
-            counters["rx_unicast"] += 1
+                    offload.finish_checksum(view[off:off + length], csum_start, csum_offset)
+                ok = tx.put((view[off:off + length],), length)
             if ok:
                 touched.add(out)
-                counters["forward"] += 1
-                counters["forward_bytes"] += length
+                forwarded += 1
+                forwarded_bytes += length
             else:
                 counters["tx_ring_full"] += 1
+        counters["rx_unicast"] += delivered + forwarded
+        counters["rx"] += delivered
+        counters["rx_bytes"] += delivered_bytes
+        counters["forward"] += forwarded
+        counters["forward_bytes"] += forwarded_bytes
         if coalesce:
-            merged_before = coalescer.merged
-            for item in coalescer.flush():
-                try:
-                    os.write(tap, item)
-                except BlockingIOError:
-                    counters["tap_write_dropped"] += 1
-                counters["gro_written"] += 1
-            counters["gro_merged"] += coalescer.merged - merged_before
+            self._flush_gro()
         for out in touched:
             out.tx.flush()
         ring.release()
+
+    def _flush_gro(self) -> None:
+        coalescer, counters, tap = self.coalescer, self.counters, self.tap_fd
+        merged_before = coalescer.merged
+        for item in coalescer.flush():
+            try:
+                os.write(tap, item)
+            except BlockingIOError:
+                counters["tap_write_dropped"] += 1
+            counters["gro_written"] += 1
+        counters["gro_merged"] += coalescer.merged - merged_before
 
     def _to_slow_mesh(self, port: Port, view, off: int, length: int, status: int) -> None:
         frame = bytearray(view[off:off + length])

@@ -26,7 +26,7 @@ __all__ = [
     "GSO_NONE", "GSO_TCPV4", "GSO_UDP", "GSO_TCPV6", "GSO_ECN",
     "CSUM_UNKNOWN", "CSUM_VALID", "CSUM_PARTIAL",
     "pack_vnet", "unpack_vnet", "VNET_PLAIN", "VNET_DATA_VALID",
-    "ones_sum", "finish_checksum", "tcp_checksum_ok", "parse_tcp", "segment", "Coalescer",
+    "ones_sum", "finish_checksum", "tcp_checksum_ok", "parse_tcp", "segment", "segment_parts", "Coalescer",
 ]
 
 # --------------------------------------------------------------------------- virtio header
@@ -245,6 +245,12 @@ _u32_pack_into = _U32.pack_into
 
 
 def segment(frame, gso_type: int, gso_size: int, csum_offload: bool, l2_len: int = 14) -> list:
+    """segment_parts(), each segment joined into one bytes object."""
+    join = b"".join
+    return [join(parts) for parts in segment_parts(frame, gso_type, gso_size, csum_offload, l2_len)]
+
+
+def segment_parts(frame, gso_type: int, gso_size: int, csum_offload: bool, l2_len: int = 14) -> list:
     """Cut one TSO frame from the TAP (GSO_TCPV4 / GSO_TCPV6, optionally | GSO_ECN) into
     Ethernet frames carrying at most ``gso_size`` payload bytes each, like tcp_gso_segment:
     headers copied, seq advanced, FIN/PSH only on the last segment, CWR only on the first,
@@ -255,7 +261,8 @@ def segment(frame, gso_type: int, gso_size: int, csum_offload: bool, l2_len: int
     (send it with NEEDS_CSUM, csum_start = the TCP offset, csum_offset = 16); False: the
     full checksum.  A frame whose payload fits (or gso_size 0) comes back alone.
     Bytes after the IP packet (padding) are dropped from segments.
-    Raises ValueError when the frame cannot be segmented."""
+    Each segment comes as (headers, payload view): a caller that copies them into a
+    transmit ring never joins them. Raises ValueError when the frame cannot be segmented."""
     kind = gso_type & ~GSO_ECN          # CWR goes on the first segment only either way
     if kind != GSO_TCPV4 and kind != GSO_TCPV6:
         raise ValueError(f"gso_type {gso_type:#x} is not TCP")
@@ -274,15 +281,15 @@ def segment(frame, gso_type: int, gso_size: int, csum_offload: bool, l2_len: int
     if gso_size == 0 or plen <= gso_size:
         if csum_offload:
             if end == len(frame) and type(frame) is bytes:
-                return [frame]
-            return [bytes(frame[:end])]
+                return [(frame, b"")]
+            return [(bytes(frame[:end]), b"")]
         out = bytearray(frame[:end])
         _u16_pack_into(out, l4 + 16, 0)
         body = memoryview(out)[l4:]
         total = _wsum(body)
         body.release()
         _u16_pack_into(out, l4 + 16, ~_fold(total + addr_sum + end - l4) & 0xFFFF)
-        return [bytes(out)]
+        return [(bytes(out), b"")]
 
     mv = memoryview(frame)
     tmpl = bytearray(mv[:poff])
@@ -305,7 +312,6 @@ def segment(frame, gso_type: int, gso_size: int, csum_offload: bool, l2_len: int
     last_flags = flags & ~_CWR
     out = []
     append = out.append
-    join = b"".join
     count = -(-plen // gso_size)
     last = count - 1
     for i in range(count):
@@ -332,8 +338,7 @@ def segment(frame, gso_type: int, gso_size: int, csum_offload: bool, l2_len: int
             total = (th_sum + (seg_seq >> 16) + (seg_seq & 0xFFFF) + f
                      + addr_sum + tcp_len + _wsum(chunk))
             _u16_pack_into(h, l4 + 16, ~_fold(total) & 0xFFFF)
-        append(join((h, chunk)))
-    mv.release()
+        append((h, chunk))
     return out
 
 
@@ -346,7 +351,29 @@ class _Run:
     """Segments of one flow being merged; sits in the Coalescer's output list."""
     __slots__ = ("first", "payloads", "match", "flags", "ack", "next_seq", "mss", "size",
                  "limit", "psh", "l3", "l4", "poff", "is_v6", "csum", "csum_start",
-                 "csum_offset", "verified")
+                 "csum_offset", "verified", "key", "mask", "masked")
+
+
+_MASKS: dict = {}
+
+
+def _constant_fields(l3: int, l4: int, poff: int, is_v6: bool) -> int:
+    """A bit mask over a segment's headers (as one big-endian integer) covering what must
+    not change within a run: L2, TOS/flow label, TTL, DF, addresses, ports, ACK, data
+    offset and the TCP options. Lengths, IP ID and checksum, seq, flags, window and TCP
+    checksum are left out (checked separately, or free to differ)."""
+    key = (l3, l4, poff, is_v6)
+    mask = _MASKS.get(key)
+    if mask is None:
+        spans = ([(0, l3 + 4), (l3 + 6, l3 + 8), (l3 + 8, l4 + 4), (l4 + 8, l4 + 13), (l4 + 20, poff)] if is_v6 else
+                 [(0, l3 + 2), (l3 + 6, l3 + 10), (l3 + 12, l4 + 4), (l4 + 8, l4 + 13), (l4 + 20, poff)])
+        bits = bytearray(poff)
+        for start, end in spans:
+            bits[start:end] = b"\xff" * (end - start)
+        mask = _MASKS[key] = _from_bytes(bits, "big")
+        if len(_MASKS) > 256:  # header layouts seen: a handful in practice
+            _MASKS.clear()
+    return mask
 
 
 class Coalescer:
@@ -381,11 +408,17 @@ class Coalescer:
         self.flushed_frames = 0
         self._out: list = []       # bytes (finished) or _Run, in arrival order
         self._open: dict = {}      # flow key -> _Run still accepting segments
+        self._last: _Run | None = None  # the open run that took the latest segment
 
     def add(self, frame, csum: int, csum_start: int = 0, csum_offset: int = 0) -> None:
         """Queue one inner Ethernet frame.  ``csum`` is CSUM_UNKNOWN, CSUM_VALID or
         CSUM_PARTIAL (then csum_start / csum_offset locate the checksum, from the frame
         start).  A memoryview's buffer must stay untouched until flush()."""
+        run = self._last
+        if run is not None and csum == run.csum and csum != CSUM_UNKNOWN and self._extends(run, frame, csum_start,
+                                                                                           csum_offset):
+            return
+        self._last = None
         n = len(frame)
         if n >= 54:
             l2 = 18 if frame[12] == 0x81 and frame[13] == 0 else 14
@@ -433,6 +466,8 @@ class Coalescer:
                             or len(run.payloads) >= self.max_segments):
                         run.psh = flags & _PSH
                         del self._open[key]
+                    else:
+                        self._last = run
                     return
             del self._open[key]
         if flags & _PSH or self.max_segments == 1:
@@ -457,8 +492,42 @@ class Coalescer:
         run.csum_start = csum_start
         run.csum_offset = csum_offset
         run.verified = csum != CSUM_UNKNOWN
+        run.key = key
+        run.mask = _constant_fields(l3, l4, poff, is_v6)
+        run.masked = _from_bytes(frame[:poff], "big") & run.mask
         self._open[key] = run
         self._out.append(run)
+        self._last = run
+
+    def _extends(self, run: _Run, frame, csum_start: int, csum_offset: int) -> bool:
+        """The common case, cheaply: the next segment of the run that took the previous one
+        (one masked integer compare instead of parsing); False leaves it to add()."""
+        poff = run.poff
+        if len(frame) <= poff:
+            return False
+        hdr = bytes(frame[:poff])
+        if _from_bytes(hdr, "big") & run.mask != run.masked:
+            return False
+        l3, l4 = run.l3, run.l4
+        if run.is_v6:
+            plen = (hdr[l3 + 4] << 8 | hdr[l3 + 5]) - (poff - l4)
+        else:
+            plen = (hdr[l3 + 2] << 8 | hdr[l3 + 3]) - (poff - l3)
+        seq = _U32.unpack_from(hdr, l4 + 4)[0]
+        flags = hdr[l4 + 13]
+        if (seq != run.next_seq or flags & ~_PSH != run.flags or not 0 < plen <= run.mss
+                or run.size + plen > run.limit or poff + plen > len(frame)
+                or (run.csum == CSUM_PARTIAL and (csum_start != l4 or csum_offset != 16))):
+            return False
+        payloads = run.payloads
+        payloads.append(memoryview(frame)[poff:poff + plen])
+        run.size += plen
+        run.next_seq = (seq + plen) & 0xFFFFFFFF
+        if flags & _PSH or plen < run.mss or len(payloads) >= self.max_segments:
+            run.psh = flags & _PSH
+            del self._open[run.key]
+            self._last = None
+        return True
 
     def _single(self, frame, csum, csum_start, csum_offset) -> None:
         if csum == CSUM_VALID:
@@ -495,6 +564,7 @@ class Coalescer:
             return out
         self._out = []
         self._open.clear()
+        self._last = None
         result = []
         append = result.append
         join = b"".join

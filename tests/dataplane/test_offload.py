@@ -699,3 +699,59 @@ def test_an_unmergeable_frame_of_the_flow_is_not_overtaken():
     out = coalesce(segs[:2] + [pure_ack] + segs[2:])
     assert [(s, n) for _, s, n, _ in summary(out)] == [(1000, 2 * MSS), (1000 + 2 * MSS, 0),
                                                        (1000 + 2 * MSS, 2 * MSS)]
+
+
+def _scenarios():
+    """Segment sequences that merge, break and resume in every way the tests above use."""
+    base = segs_of(6)
+    yield base
+    yield base[:3] + [tcp_frame(big_payload(MSS), seq=1000 + 4 * MSS, ip_id=103)] + base[4:]  # gap
+    yield base[:2] + segs_of(4, seq=1000 + 2 * MSS, ack=7000)
+    yield base[:4] + segs_of(2, seq=1000 + 4 * MSS, options=[("NOP", None), ("NOP", None),
+                                                             ("Timestamp", (123457, 654321))])
+    yield base[:1] + segs_of(5, seq=1000 + MSS, ttl=63)
+    yield base[:2] + segs_of(4, seq=1000 + 2 * MSS, tos=4)
+    yield base[:3] + segs_of(3, seq=1000 + 3 * MSS, df=False)
+    yield base[:3] + segs_of(3, seq=1000 + 3 * MSS, mac_dst="02:00:00:00:00:0c")
+    yield base[:3] + segs_of(3, seq=1000 + 3 * MSS, vlan=3)
+    yield segs_of(2) + segs_of(2, seq=1000 + 2 * MSS, window=700)
+    yield segs_of(3) + segs_of(1, seq=1000 + 3 * MSS, flags="PA") + segs_of(2, seq=1000 + 4 * MSS)
+    yield segs_of(3) + segs_of(1, seq=1000 + 3 * MSS, flags="FA")
+    yield segs_of(4, last=100) + segs_of(2, seq=1000 + 3 * MSS + 100)
+    yield segs_of(70)
+    yield segs_of(5, v6=True) + segs_of(2, seq=1000 + 5 * MSS, v6=True, ttl=3)
+    fa, fb = segs_of(6, sport=1111), segs_of(6, sport=2222)
+    yield [f for pair in zip(fa, fb) for f in pair]
+    yield fa[:3] + fb[:3] + fa[3:] + fb[3:]
+
+
+@pytest.mark.parametrize("csum", [CSUM_VALID, CSUM_PARTIAL])
+def test_fast_path_merges_exactly_like_the_general_path(csum, monkeypatch):
+    """Trusted segments take the masked-compare shortcut for the run that took the last
+    segment; its output must equal what the full parse-and-compare path gives."""
+    real_extends = Coalescer._extends
+    shortcuts = []
+
+    def counting(self, *args):
+        taken = real_extends(self, *args)
+        shortcuts.append(taken)
+        return taken
+
+    for frames in _scenarios():
+        if csum == CSUM_PARTIAL:
+            frames = [with_pseudo_sum(f) for f in frames]
+        with monkeypatch.context() as m:
+            m.setattr(Coalescer, "_extends", counting)
+            fast = Coalescer()
+            for f in frames:
+                fast.add(f, csum, l4_offset(f), 16)
+            got = fast.flush()
+        with monkeypatch.context() as m:
+            m.setattr(Coalescer, "_extends", lambda *a: False)
+            slow = Coalescer()
+            for f in frames:
+                slow.add(f, csum, l4_offset(f), 16)
+            expected = slow.flush()
+        assert got == expected
+        assert fast.merged == slow.merged
+    assert shortcuts.count(True) > 50 and shortcuts.count(False) > 5, "the shortcut was not exercised both ways"

@@ -49,6 +49,33 @@ class Port:
         self.decisions: dict = {}  # first 40 bytes of a received frame -> Engine._decide()
 
 
+class HostRoute:
+    """A cached fast-path decision for frames from the host with given addresses: the
+    port, the 24-byte prefix, the ready transmit-ring heads, and use since the last look."""
+
+    __slots__ = ("port", "prefix", "client", "hits", "plain_head", "_partial_heads")
+
+    def __init__(self, port: Port, prefix: bytes, client: tuple) -> None:
+        self.port = port
+        self.prefix = prefix
+        self.client = client
+        self.hits = 0
+        self.plain_head = offload.VNET_PLAIN + prefix if port.tx.vnet_hdr else prefix
+        self._partial_heads: dict = {}
+
+    def head_for(self, buf) -> bytes:
+        """vnet header (NEEDS_CSUM, offsets moved by our prefix) + prefix, for the vnet
+        header at the start of buf."""
+        key = bytes(buf[6:10])  # csum_start, csum_offset
+        head = self._partial_heads.get(key)
+        if head is None:
+            _f, _g, _h, _s, csum_start, csum_offset = _VNET.unpack_from(buf)
+            head = _VNET.pack(_NEEDS_CSUM, 0, 0, 0, csum_start + UNICAST_PREFIX_LEN, csum_offset) + self.prefix
+            if len(self._partial_heads) < 64:
+                self._partial_heads[key] = head
+        return head
+
+
 class Engine:
     def __init__(self, tap_fd: int, slow_host, slow_mesh, *, gro: bool = True, tso: bool = True,
                  csum_offload: bool = True) -> None:
@@ -106,15 +133,15 @@ class Engine:
 
     def _take_cache_hits(self) -> None:
         now = time.monotonic()
-        for key, (_port, _prefix, hits, client) in self._host_cache.items():
-            if hits[0]:
-                self._seen[client] = now
+        for route in self._host_cache.values():
+            if route.hits:
+                self._seen[route.client] = now
 
     def take_seen(self) -> dict:
         """Local clients that sent through the fast path since the last call: (mac, vid) -> time."""
         self._take_cache_hits()
-        for entry in self._host_cache.values():
-            entry[2][0] = 0
+        for route in self._host_cache.values():
+            route.hits = 0
         seen, self._seen = self._seen, {}
         return seen
 
@@ -125,18 +152,36 @@ class Engine:
         super-frames first, hand the rest to the slow path."""
         buf, view, fd = self._read_buf, self._read_view, self.tap_fd
         touched = set()
+        readv, bufs, cache = os.readv, (buf,), self._host_cache
+        offloading = self.csum_offload
+        sent = sent_bytes = 0
         for _ in range(BATCH):
             try:
-                n = os.readv(fd, (buf,))
+                n = readv(fd, bufs)
             except BlockingIOError:
                 break
             if n <= VNET:
                 continue
+            if buf[1] == _GSO_NONE and offloading:
+                # the common case inline: a known destination, the checksum left as the host left it
+                route = cache.get(bytes(buf[VNET:VNET + 16]))
+                if route is not None and n - VNET + UNICAST_PREFIX_LEN - 14 <= route.port.mtu:
+                    head = route.head_for(buf) if buf[0] & _NEEDS_CSUM else route.plain_head
+                    if route.port.tx.put((head, view[VNET:n]), len(head) + n - VNET):
+                        route.hits += 1
+                        touched.add(route.port)
+                        sent += 1
+                        sent_bytes += n - VNET
+                    else:
+                        self.counters["tx_ring_full"] += 1
+                    continue
             flags, gso_type, _hdr_len, gso_size, csum_start, csum_offset = _VNET.unpack_from(buf)
             if gso_type == _GSO_NONE:
                 self._from_host(view[VNET:n], flags & _NEEDS_CSUM, csum_start, csum_offset, touched)
                 continue
             self._from_host_gso(view[VNET:n], gso_type, gso_size, csum_start, touched)
+        self.counters["tx"] += sent
+        self.counters["tx_bytes"] += sent_bytes
         for port in touched:
             port.tx.flush()
 
@@ -152,12 +197,12 @@ class Engine:
             return
         self.counters["tso_frames"] += 1
         self.counters["tso_segments"] += len(parts)
-        entry = self._host_cache.get(bytes(frame[0:16])) or self._host_route(frame)
-        if entry is None or len(parts[0][0]) + gso_size + UNICAST_PREFIX_LEN - 14 > entry[0].mtu:
+        route = self._host_cache.get(bytes(frame[0:16])) or self._host_route(frame)
+        if route is None or len(parts[0][0]) + gso_size + UNICAST_PREFIX_LEN - 14 > route.port.mtu:
             for headers, payload in parts:
                 self._from_host(headers + payload, self.csum_offload, csum_start, 16, touched)
             return
-        port, prefix, hits, _client = entry
+        port, prefix = route.port, route.prefix
         if self.csum_offload:
             head = _VNET.pack(_NEEDS_CSUM, 0, 0, 0, csum_start + UNICAST_PREFIX_LEN, 16) + prefix
         else:
@@ -169,18 +214,18 @@ class Engine:
             if put((head, headers, payload), len(head) + size):
                 sent += 1
                 sent_bytes += size
-        hits[0] += sent
+        route.hits += sent
         touched.add(port)
         self.counters["tx"] += sent
         self.counters["tx_bytes"] += sent_bytes
         self.counters["tx_ring_full"] += len(parts) - sent
 
     def _from_host(self, frame, needs_csum, csum_start: int, csum_offset: int, touched: set) -> None:
-        entry = self._host_cache.get(bytes(frame[0:16]))
-        if entry is None:
-            entry = self._host_route(frame)
-        if entry is not None:
-            port, prefix, hits, _client = entry
+        route = self._host_cache.get(bytes(frame[0:16]))
+        if route is None:
+            route = self._host_route(frame)
+        if route is not None:
+            port, prefix = route.port, route.prefix
             length = len(frame)
             if length + UNICAST_PREFIX_LEN - 14 <= port.mtu:
                 if not needs_csum:
@@ -194,7 +239,7 @@ class Engine:
                     offload.finish_checksum(whole, csum_start, csum_offset)
                     ok = port.tx.put((prefix, whole), length + 24)
                 if ok:
-                    hits[0] += 1
+                    route.hits += 1
                     touched.add(port)
                     self.counters["tx"] += 1
                     self.counters["tx_bytes"] += length
@@ -225,9 +270,12 @@ class Engine:
         port = self.ports.get(ifname)
         if port is None:
             return None
-        entry = (port, unicast_prefix(next_hop, port.mac, orig, ttvn), [0], client)
-        self._host_cache[bytes(frame[0:16])] = entry
-        return entry
+        route = HostRoute(port, unicast_prefix(next_hop, port.mac, orig, ttvn), client)
+        if len(self._host_cache) >= DECISION_CACHE:
+            self._take_cache_hits()
+            self._host_cache.clear()  # the host varying addresses cannot grow it
+        self._host_cache[bytes(frame[0:16])] = route
+        return route
 
     # --- mesh -> host / next hop -----------------------------------------------------------------
 

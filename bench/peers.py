@@ -49,6 +49,7 @@ class Spec:
     offloads: bool = True       # batmand offloads (gro/tso/csum) on = daemon default
     flows_test: bool = False    # run the many-flows share test (batmand with N workers)
     about: str = ""
+    settings: tuple = ()        # more batmand --set KEY=VALUE
 
 
 def specs(n_workers: int) -> dict[str, Spec]:
@@ -67,6 +68,8 @@ def specs(n_workers: int) -> dict[str, Spec]:
             out.append(Spec(f"batmand-{label}{suffix}", "pair", "batmand", "batmand", workers=w,
                             offloads=not off, flows_test=(label == "wN"),
                             about=f"batmand --workers {w}" + (", --set " + " --set ".join(OFFLOADS_OFF) if off else "")))
+    out.append(Spec("batmand-wN-v3", "pair", "batmand", "batmand", workers=n_workers, settings=("rx_ring=v3",),
+                    about=f"batmand --workers {n_workers}, --set rx_ring=v3 (TPACKET_V3 block rings)"))
     out += [
         Spec("line3-kernel", "line3", "kernel", "line_kernel", about="A - M - B plain veths, M routes (ip_forward)"),
         Spec("line3-batmand-w0", "line3", "batmand", "batmand", workers=0, about="A - M - B, batmand --workers 0"),
@@ -330,6 +333,8 @@ def batmand_argv(spec: Spec, devs: list[str], sock: str) -> list[str]:
     for dev in devs:
         argv += ["-i", dev]
     argv += ["--control-socket", sock, "--state-dir", "", "--workers", str(spec.workers)]
+    for kv in spec.settings:
+        argv += ["--set", kv]
     if not spec.offloads:
         for kv in OFFLOADS_OFF:
             argv += ["--set", kv]

@@ -35,6 +35,8 @@ METRICS = [
     ("udp64", "drops.daemon", "UDP drops daemon"),
     ("udp64", "drops.daemon_tap", "UDP drops TAP (daemon's count)"),
     ("udp64", "drops.iperf_udp_lost", "UDP iperf3 lost"),
+    ("tcp8", "rx_share_min", "8-flow worker rx share min"),
+    ("tcp8", "rx_share_max", "8-flow worker rx share max"),
     ("flows", "gbps", "32-flow TCP Gbit/s"),
     ("flows", "rx_share_min", "worker rx share min"),
     ("flows", "rx_share_max", "worker rx share max"),
@@ -143,11 +145,12 @@ def ratios(summary: dict, configs: list[str], n_workers: int) -> list[dict]:
         add("line A-M-B", f"{c} TCP1 Gbit/s / line3-kernel", c, "line3-kernel", "tcp1.gbps", "higher is better")
     for c in configs:
         s = summary.get(c, {}).get("metrics", {})
-        for k in ("rx", "tx"):
-            lo, hi = s.get(f"flows.{k}_share_min"), s.get(f"flows.{k}_share_max")
+        for test, flows, k in (("tcp8", 8, "rx"), ("flows", 32, "rx"), ("flows", 32, "tx")):
+            lo, hi = s.get(f"{test}.{k}_share_min"), s.get(f"{test}.{k}_share_max")
             if lo or hi:
-                out.append({"group": "worker share, 32 flows", "what": f"{c}: {k}_frames per worker / mean, min..max",
-                            "num": c, "den": None, "metric": f"flows.{k}_share",
+                out.append({"group": f"worker share, {flows} flows",
+                            "what": f"{c}: {k}_frames per worker / mean, min..max",
+                            "num": c, "den": None, "metric": f"{test}.{k}_share",
                             "num_value": lo["median"] if lo else None, "den_value": hi["median"] if hi else None,
                             "ratio": None, "note": "1.00..1.00 = perfectly even"})
     return out

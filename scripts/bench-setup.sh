@@ -31,8 +31,8 @@ if [ ! -x .venv/bin/python ]; then
     exit 1
 fi
 stamp=.venv/.batmand-bench-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || ! .venv/bin/python -c 'import matplotlib' 2>/dev/null; then
-    echo "bench-setup: installing the bench extras (matplotlib) into .venv"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || ! .venv/bin/python -c 'import matplotlib' 2>/dev/null || [ ! -x .venv/bin/py-spy ]; then
+    echo "bench-setup: installing the bench extras (matplotlib, py-spy) into .venv"
     .venv/bin/pip install -q -e '.[test,bench]'
     touch "$stamp"
 fi

@@ -176,7 +176,7 @@ class Service:
             if getattr(new.mesh, name) != getattr(self.options.mesh, name):
                 log.warning("%s changed in the configuration; it takes effect after a restart", name)
                 setattr(new.mesh, name, getattr(self.options.mesh, name))
-        for key in ("meshif", "control_socket", "mac", "state_dir"):
+        for key in ("meshif", "control_socket", "mac", "state_dir", "workers", "gro", "tso", "csum_offload", "rx_ring"):
             if getattr(new, key) != getattr(self.options, key):
                 log.warning("%s changed in the configuration; it takes effect after a restart", key)
         self.mesh.config.__dict__.update(new.mesh.__dict__)

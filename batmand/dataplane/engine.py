@@ -49,6 +49,16 @@ class Port:
         self.decisions: dict = {}  # first 40 bytes of a received frame -> Engine._decide()
 
 
+def tap_accepts_udp_gso(release: str | None = None) -> bool:
+    """A TAP takes GSO_UDP_L4 frames on write from Linux 6.2 (virtio-net USO); older
+    kernels refuse them, so UDP datagrams are then written one by one."""
+    try:
+        major, minor = (int(x) for x in (release or os.uname().release).split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (6, 2)
+
+
 class HostRoute:
     """A cached fast-path decision for frames from the host with given addresses: the
     port, the 24-byte prefix, the ready transmit-ring heads, and use since the last look."""
@@ -89,7 +99,7 @@ class Engine:
         self.ports: dict[str, Port] = {}
         self.primary: bytes | None = None
         self.wifi = False
-        self.coalescer = offload.Coalescer()
+        self.coalescer = offload.Coalescer(udp=gro and tap_accepts_udp_gso())
         self._read_buf = bytearray(VNET + 65536)
         self._read_view = memoryview(self._read_buf)
         self._host_cache: dict = {}  # first 16 bytes of a host frame -> (port, prefix, [hits])

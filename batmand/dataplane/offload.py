@@ -38,6 +38,7 @@ GSO_NONE = 0
 GSO_TCPV4 = 1
 GSO_UDP = 3
 GSO_TCPV6 = 4
+GSO_UDP_L4 = 5  # UDP GSO (USO); a TAP accepts it on write from Linux 6.2
 GSO_ECN = 0x80
 
 _VNET = struct.Struct("<BBHHHH")
@@ -351,22 +352,24 @@ class _Run:
     """Segments of one flow being merged; sits in the Coalescer's output list."""
     __slots__ = ("first", "payloads", "match", "flags", "ack", "next_seq", "mss", "size",
                  "limit", "psh", "l3", "l4", "poff", "is_v6", "csum", "csum_start",
-                 "csum_offset", "verified", "key", "mask", "masked")
+                 "csum_offset", "verified", "key", "mask", "masked", "udp")
 
 
 _MASKS: dict = {}
 
 
-def _constant_fields(l3: int, l4: int, poff: int, is_v6: bool) -> int:
+def _constant_fields(l3: int, l4: int, poff: int, is_v6: bool, udp: bool = False) -> int:
     """A bit mask over a segment's headers (as one big-endian integer) covering what must
     not change within a run: L2, TOS/flow label, TTL, DF, addresses, ports, ACK, data
     offset and the TCP options. Lengths, IP ID and checksum, seq, flags, window and TCP
     checksum are left out (checked separately, or free to differ)."""
-    key = (l3, l4, poff, is_v6)
+    key = (l3, l4, poff, is_v6, udp)
     mask = _MASKS.get(key)
     if mask is None:
         spans = ([(0, l3 + 4), (l3 + 6, l3 + 8), (l3 + 8, l4 + 4), (l4 + 8, l4 + 13), (l4 + 20, poff)] if is_v6 else
                  [(0, l3 + 2), (l3 + 6, l3 + 10), (l3 + 12, l4 + 4), (l4 + 8, l4 + 13), (l4 + 20, poff)])
+        if udp:  # UDP: the header's length and checksum vary; the rest is the ports
+            spans = spans[:3]
         bits = bytearray(poff)
         for start, end in spans:
             bits[start:end] = b"\xff" * (end - start)
@@ -399,9 +402,10 @@ class Coalescer:
     Counters (plain ints, updated by flush() for what it returns): ``merged``, the
     segments merged into a preceding one; ``flushed_frames``, the items returned."""
 
-    def __init__(self, max_size: int = 65535, max_segments: int = 64) -> None:
+    def __init__(self, max_size: int = 65535, max_segments: int = 64, udp: bool = False) -> None:
         if max_segments < 1:
             raise ValueError("max_segments must be at least 1")
+        self.udp = udp  # also merge trusted UDP datagrams of a flow into GSO_UDP_L4 frames
         self.max_size = max_size
         self.max_segments = max_segments
         self.merged = 0
@@ -426,6 +430,8 @@ class Coalescer:
         else:
             info = None
         if info is None:
+            if self.udp and n >= 42 and csum != CSUM_UNKNOWN and self._add_udp(frame, csum, csum_start, csum_offset):
+                return
             if n >= 34:
                 self._maybe_tcp(frame)
             self._single(frame, csum, csum_start, csum_offset)
@@ -492,6 +498,7 @@ class Coalescer:
         run.csum_start = csum_start
         run.csum_offset = csum_offset
         run.verified = csum != CSUM_UNKNOWN
+        run.udp = False
         run.key = key
         run.mask = _constant_fields(l3, l4, poff, is_v6)
         run.masked = _from_bytes(frame[:poff], "big") & run.mask
@@ -499,11 +506,69 @@ class Coalescer:
         self._out.append(run)
         self._last = run
 
+    def _add_udp(self, frame, csum: int, csum_start: int, csum_offset: int) -> bool:
+        """Queue a trusted UDP datagram (checksum partial or verified) into its flow's run:
+        datagrams of one flow with the same payload size (the last may be shorter) become
+        one GSO_UDP_L4 frame, which the host's stack splits again at the socket. False:
+        not such a datagram (IP options, fragments, trailing bytes), the caller sends it alone."""
+        l3 = 18 if frame[12] == 0x81 and frame[13] == 0 else 14
+        et = frame[l3 - 2] << 8 | frame[l3 - 1]
+        if et == 0x0800:
+            if frame[l3] != 0x45 or frame[l3 + 9] != _UDP_PROTO or frame[l3 + 6] & 0x3F or frame[l3 + 7]:
+                return False
+            l4 = l3 + 20
+            end = l3 + (frame[l3 + 2] << 8 | frame[l3 + 3])
+            is_v6 = False
+        elif et == 0x86DD:
+            if frame[l3 + 6] != _UDP_PROTO:
+                return False
+            l4 = l3 + 40
+            end = l4 + (frame[l3 + 4] << 8 | frame[l3 + 5])
+            is_v6 = True
+        else:
+            return False
+        poff = l4 + 8
+        if end > len(frame) or end <= poff or (frame[l4 + 4] << 8 | frame[l4 + 5]) != end - l4:
+            return False
+        if csum == CSUM_PARTIAL and (csum_start != l4 or csum_offset != 6):
+            return False
+        plen = end - poff
+        key = b"u" + bytes(frame[(l3 + 8 if is_v6 else l3 + 12):l4 + 4])
+        mask = _constant_fields(l3, l4, poff, is_v6, udp=True)
+        masked = _from_bytes(frame[:poff], "big") & mask
+        run = self._open.get(key)
+        if run is not None:
+            if (run.csum == csum and run.masked == masked and plen <= run.mss
+                    and run.size + plen <= run.limit):
+                run.payloads.append(memoryview(frame)[poff:end])
+                run.size += plen
+                if plen < run.mss or len(run.payloads) >= self.max_segments:
+                    del self._open[key]
+                return True
+            del self._open[key]  # it goes after the run, in order
+        if self.max_segments == 1:
+            return False
+        run = _Run()
+        run.udp = True
+        run.first = frame
+        run.payloads = [memoryview(frame)[poff:end]]
+        run.mss = plen
+        run.size = end
+        run.limit = min(self.max_size, l3 + 0xFFFF)
+        run.psh = 0
+        run.l3, run.l4, run.poff, run.is_v6 = l3, l4, poff, is_v6
+        run.csum, run.csum_start, run.csum_offset = csum, csum_start, csum_offset
+        run.verified = True
+        run.key, run.mask, run.masked = key, mask, masked
+        self._open[key] = run
+        self._out.append(run)
+        return True
+
     def _extends(self, run: _Run, frame, csum_start: int, csum_offset: int) -> bool:
         """The common case, cheaply: the next segment of the run that took the previous one
         (one masked integer compare instead of parsing); False leaves it to add()."""
         poff = run.poff
-        if len(frame) <= poff:
+        if len(frame) <= poff or run.udp:
             return False
         hdr = bytes(frame[:poff])
         if _from_bytes(hdr, "big") & run.mask != run.masked:
@@ -591,6 +656,9 @@ class Coalescer:
             poff = item.poff
             size = item.size
             h = bytearray(first[:poff])
+            if item.udp:
+                append(join([_udp_gso_header(h, l3, l4, size, item.mss, item.is_v6), h, *payloads]))
+                continue
             tcp_len = size - l4
             if item.is_v6:
                 _u16_pack_into(h, l3 + 4, tcp_len)
@@ -611,6 +679,22 @@ class Coalescer:
         self.merged += merged
         self.flushed_frames += len(result)
         return result
+
+
+def _udp_gso_header(h: bytearray, l3: int, l4: int, size: int, mss: int, is_v6: bool) -> bytes:
+    """Rewrite the first datagram's headers (h) for the merged frame; return its vnet header."""
+    udp_len = size - l4
+    if is_v6:
+        _u16_pack_into(h, l3 + 4, udp_len)
+        addrs = h[l3 + 8:l4]
+    else:
+        _u16_pack_into(h, l3 + 2, size - l3)
+        _u16_pack_into(h, l3 + 10, 0)
+        _u16_pack_into(h, l3 + 10, ~_fold(_from_bytes(h[l3:l4], "big")) & 0xFFFF)
+        addrs = h[l3 + 12:l4]
+    _u16_pack_into(h, l4 + 4, udp_len)
+    _u16_pack_into(h, l4 + 6, _fold(_from_bytes(addrs, "big") + _UDP_PROTO + udp_len))
+    return _vnet_pack(VIRTIO_NET_HDR_F_NEEDS_CSUM, GSO_UDP_L4, l4 + 8, mss, l4, 6)
 
 
 def _l4_sum_ok(frame, l3: int, l4: int, end: int, is_v6: bool) -> bool:

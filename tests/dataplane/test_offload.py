@@ -40,20 +40,20 @@ def ref_sum(data: bytes, initial: int = 0) -> int:
     return s
 
 
-def pseudo_sum(frame: bytes) -> int:
-    """Non-inverted pseudo-header sum of an IPv4/IPv6 TCP packet (addresses and length as
-    scapy dissects them)."""
+def pseudo_sum(frame: bytes, proto: int = 6) -> int:
+    """Non-inverted pseudo-header sum of an IPv4/IPv6 TCP (or UDP, proto 17) packet
+    (addresses and length as scapy dissects them)."""
     p = Ether(frame)
     if IP in p:
         ip = p[IP]
         tcp_len = ip.len - ip.ihl * 4
         pseudo = struct.pack("!4s4sxBH", bytes(map(int, ip.src.split("."))),
-                             bytes(map(int, ip.dst.split("."))), 6, tcp_len)
+                             bytes(map(int, ip.dst.split("."))), proto, tcp_len)
     else:
         ip6 = p[IPv6]
         tcp_len = ip6.plen
         pseudo = (ipaddress.IPv6Address(ip6.src).packed + ipaddress.IPv6Address(ip6.dst).packed
-                  + struct.pack("!I3xB", tcp_len, 6))
+                  + struct.pack("!I3xB", tcp_len, proto))
     return ref_sum(pseudo)
 
 
@@ -755,3 +755,89 @@ def test_fast_path_merges_exactly_like_the_general_path(csum, monkeypatch):
         assert got == expected
         assert fast.merged == slow.merged
     assert shortcuts.count(True) > 50 and shortcuts.count(False) > 5, "the shortcut was not exercised both ways"
+
+
+# --------------------------------------------------------------------------- UDP (GSO_UDP_L4)
+
+def udp_frame(payload: bytes, *, sport: int = 4000, dport: int = 5201, v6: bool = False, ip_id: int = 7,
+              ttl: int = 64, partial: bool = True) -> bytes:
+    """A UDP datagram as the host hands it over with checksum offload: the checksum field
+    holds the pseudo-header sum (partial) or the full checksum."""
+    l3 = IPv6(src=V6_SRC, dst=V6_DST, hlim=ttl) if v6 else IP(src=V4_SRC, dst=V4_DST, id=ip_id, ttl=ttl, flags="DF")
+    frame = bytes(Ether(src=MAC_A, dst=MAC_B) / l3 / UDP(sport=sport, dport=dport) / Raw(payload))
+    if not partial:
+        return frame
+    b = bytearray(frame)
+    b[l4_offset(frame) + 6:l4_offset(frame) + 8] = struct.pack("!H", pseudo_sum(frame, 17))
+    return bytes(b)
+
+
+def split_udp_gso(item: bytes) -> list[bytes]:
+    """What the host's stack does with a GSO_UDP_L4 frame at a socket: the datagrams'
+    payloads, and checks of the merged headers."""
+    flags, gso_type, hdr_len, gso_size, csum_start, csum_offset = unpack_vnet(item)
+    frame = item[VNET_HDR_LEN:]
+    assert (flags, gso_type, csum_offset) == (o.VIRTIO_NET_HDR_F_NEEDS_CSUM, o.GSO_UDP_L4, 6)
+    assert hdr_len == csum_start + 8
+    assert struct.unpack_from("!H", frame, csum_start + 4)[0] == len(frame) - csum_start
+    body = frame[hdr_len:]
+    return [body[i:i + gso_size] for i in range(0, len(body), gso_size)]
+
+
+@pytest.mark.parametrize("v6", [False, True])
+@pytest.mark.parametrize("csum", [CSUM_PARTIAL, CSUM_VALID])
+def test_udp_datagrams_of_a_flow_merge_into_one_gso_frame(v6, csum):
+    payloads = [bytes([i]) * 64 for i in range(10)] + [b"tail"]
+    frames = [udp_frame(p, v6=v6, ip_id=i, partial=csum == CSUM_PARTIAL) for i, p in enumerate(payloads)]
+    c = Coalescer(udp=True)
+    for f in frames:
+        c.add(f, csum, l4_offset(f), 6)
+    out = c.flush()
+    assert len(out) == 1 and c.merged == 10
+    assert split_udp_gso(out[0]) == payloads
+    frame = out[0][VNET_HDR_LEN:]
+    if not v6:
+        assert ip_header_ok(frame)
+        assert struct.unpack_from("!H", frame, 16)[0] == len(frame) - 14
+    l4 = l4_offset(frame)
+    assert struct.unpack_from("!H", frame, l4 + 6)[0] == pseudo_sum(frame, 17)
+
+
+def test_udp_runs_close_on_size_change_flow_change_and_stay_ordered():
+    a = [udp_frame(bytes(64), sport=1) for _ in range(3)] + [udp_frame(bytes(100), sport=1)] + \
+        [udp_frame(bytes(64), sport=1) for _ in range(2)]
+    b = [udp_frame(bytes(64), sport=2) for _ in range(3)]
+    order = [a[0], b[0], a[1], b[1], a[2], a[3], b[2], a[4], a[5]]
+    c = Coalescer(udp=True)
+    for f in order:
+        c.add(f, CSUM_PARTIAL, l4_offset(f), 6)
+    sizes = []
+    for item in c.flush():
+        port = struct.unpack_from("!H", item, VNET_HDR_LEN + 34)[0]
+        got = split_udp_gso(item) if unpack_vnet(item)[1] == o.GSO_UDP_L4 else [item[VNET_HDR_LEN + 42:]]
+        sizes.append((port, [len(p) for p in got]))
+    # flow 1: 64,64,64; the 100-byte datagram is bigger: a new run, which a shorter one ends
+    assert [s for s in sizes if s[0] == 1] == [(1, [64, 64, 64]), (1, [100, 64]), (1, [64])]
+    assert [s for s in sizes if s[0] == 2] == [(2, [64, 64, 64])]
+
+
+def test_udp_is_left_alone_when_untrusted_disabled_or_unusual():
+    frames = [udp_frame(bytes(64), partial=False) for _ in range(4)]
+    assert len(coalesce(frames, CSUM_UNKNOWN, udp=True)) == 4  # unverified: one by one
+    partial = [udp_frame(bytes(64)) for _ in range(4)]
+    c = Coalescer()  # udp off (a kernel before 6.2)
+    for f in partial:
+        c.add(f, CSUM_PARTIAL, l4_offset(f), 6)
+    assert len(c.flush()) == 4
+    frag = bytes(Ether(src=MAC_A, dst=MAC_B) / IP(src=V4_SRC, dst=V4_DST, flags="MF") / UDP() / Raw(bytes(64)))
+    c = Coalescer(udp=True)
+    for f in (frag, frag):
+        c.add(f, CSUM_VALID)
+    assert [unpack_vnet(i)[1] for i in c.flush()] == [0, 0]
+
+
+def test_tap_udp_gso_needs_linux_6_2():
+    from batmand.dataplane.engine import tap_accepts_udp_gso
+    assert not tap_accepts_udp_gso("6.1.0-57-amd64")
+    assert tap_accepts_udp_gso("6.2.0") and tap_accepts_udp_gso("6.18.44-fc-v669")
+    assert not tap_accepts_udp_gso("weird")

@@ -534,12 +534,10 @@ class Coalescer:
             return False
         plen = end - poff
         key = b"u" + bytes(frame[(l3 + 8 if is_v6 else l3 + 12):l4 + 4])
-        mask = _constant_fields(l3, l4, poff, is_v6, udp=True)
-        masked = _from_bytes(frame[:poff], "big") & mask
         run = self._open.get(key)
         if run is not None:
-            if (run.csum == csum and run.masked == masked and plen <= run.mss
-                    and run.size + plen <= run.limit):
+            if (run.csum == csum and run.poff == poff and plen <= run.mss and run.size + plen <= run.limit
+                    and _from_bytes(frame[:poff], "big") & run.mask == run.masked):
                 run.payloads.append(memoryview(frame)[poff:end])
                 run.size += plen
                 if plen < run.mss or len(run.payloads) >= self.max_segments:
@@ -559,7 +557,9 @@ class Coalescer:
         run.l3, run.l4, run.poff, run.is_v6 = l3, l4, poff, is_v6
         run.csum, run.csum_start, run.csum_offset = csum, csum_start, csum_offset
         run.verified = True
-        run.key, run.mask, run.masked = key, mask, masked
+        run.key = key
+        run.mask = _constant_fields(l3, l4, poff, is_v6, udp=True)
+        run.masked = _from_bytes(frame[:poff], "big") & run.mask
         self._open[key] = run
         self._out.append(run)
         return True

@@ -24,7 +24,7 @@ def sample_config() -> str:
              '# control_group = ""          # a group that may use the control socket (mode 0660)',
              "# control_max_request = 65536", "",
              '# The data plane (see README, "The data plane"):',
-             "# workers = <number of CPUs>  # worker processes; 0 runs the data plane inline",
+             '# workers = "auto"            # worker processes, one per CPU; 0 runs the data plane inline',
              "# gro = true                  # coalesce TCP segments delivered to the host into GSO frames",
              "# tso = true                  # accept TSO super-frames from the host, segment them in the workers",
              "# csum_offload = true         # leave partial checksums to the kernel (TAP and the hard interfaces)",

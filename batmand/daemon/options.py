@@ -87,6 +87,8 @@ def _apply(options: Options, values: dict, source: str) -> None:
         elif key.startswith("hardif.") and key.count(".") == 2:
             _, ifname, name = key.split(".")
             _apply_hardif(options, ifname, name, raw, source)
+        elif key == "workers" and str(raw).lower() == "auto":
+            options.workers = os.cpu_count() or 1
         elif key in DAEMON_KEYS:
             current = getattr(options, key)
             value = _convert(key, raw, current if current is not None else "")
@@ -124,7 +126,8 @@ def parser() -> argparse.ArgumentParser:
                    help="hard interface to attach (repeatable; the first is the primary)")
     p.add_argument("--config", metavar="FILE", help="TOML file (default /etc/batmand/<meshif>.toml if present)")
     p.add_argument("--control-socket", metavar="PATH", help="control socket (default /run/batmand/<meshif>.sock)")
-    p.add_argument("--workers", type=int, help="data-plane worker processes (default: one per CPU; 0 = inline)")
+    p.add_argument("--workers", help="data-plane worker processes: a number, or auto (the default: one per CPU); "
+                                     "0 runs the data plane inline")
     p.add_argument("--routing-algo", choices=["BATMAN_IV", "BATMAN_V"], help="routing algorithm")
     p.add_argument("--state-dir", metavar="DIR", help="where seqnos are kept across restarts")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any configuration key")

@@ -42,3 +42,21 @@ def test_missing_config_file_is_an_error(tmp_path):
         load(["--config", str(tmp_path / "nope.toml")])
     with pytest.raises(OptionsError, match="KEY=VALUE"):
         load(["--config", str(_write(tmp_path, "")), "--set", "orig_interval_ms"])
+
+
+def test_data_plane_settings():
+    import os
+
+    from batmand.daemon.options import OptionsError, load
+
+    assert load([]).workers == (os.cpu_count() or 1)  # one worker per CPU by default
+    assert load(["--workers", "auto"]).workers == (os.cpu_count() or 1)
+    assert load(["--workers", "0"]).workers == 0
+    opts = load(["--set", "gro=off", "--set", "tso=no", "--set", "csum_offload=false", "--set", "rx_ring=v3"])
+    assert (opts.gro, opts.tso, opts.csum_offload, opts.rx_ring) == (False, False, False, "v3")
+    defaults = load([])
+    assert (defaults.gro, defaults.tso, defaults.csum_offload, defaults.rx_ring) == (True, True, True, "v2")
+    for bad in (["--workers", "-1"], ["--workers", "65"], ["--workers", "many"], ["--set", "rx_ring=v4"],
+                ["--set", "gro=maybe"]):
+        with pytest.raises(OptionsError):
+            load(bad)

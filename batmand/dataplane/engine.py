@@ -102,7 +102,7 @@ class Engine:
         self.coalescer = offload.Coalescer(udp=gro and tap_accepts_udp_gso())
         self._read_buf = bytearray(VNET + 65536)
         self._read_view = memoryview(self._read_buf)
-        self._host_cache: dict = {}  # first 16 bytes of a host frame -> (port, prefix, [hits])
+        self._host_cache: dict = {}  # first 16 bytes of a host frame -> HostRoute
         self.counters = dict.fromkeys(
             ("tx", "tx_bytes", "rx", "rx_bytes", "forward", "forward_bytes", "slow_host", "slow_mesh",
              "tso_frames", "tso_segments", "gro_merged", "gro_written", "tap_write_dropped", "tx_ring_full",
@@ -323,6 +323,9 @@ class Engine:
         touched = set()
         batch = ring.frames(BATCH)
         counters["rx_batches"] += 1
+        if ring.truncated:
+            counters["truncated"] += ring.truncated
+            ring.truncated = 0
         delivered = forwarded = delivered_bytes = forwarded_bytes = 0
         for off, length, status in batch:
             key = bytes(view[off:off + 40])

@@ -88,6 +88,7 @@ class RxRing:
         self.view = memoryview(self.map)
         self.index = 0
         self._taken: list[int] = []  # status words of slots (V2) or blocks (V3) handed to us
+        self.truncated = 0  # frames longer than a slot, dropped (the engine collects the count)
 
     def _setup(self, ifname, frames, program, fanout_group, block_timeout_ms) -> None:
         s = self.sock
@@ -154,7 +155,10 @@ class RxRing:
             status, length, snaplen, mac, _net = unpack(view, base)
             if not status & TP_STATUS_USER:
                 break
-            out.append((base + mac, snaplen if snaplen < length else length, status))
+            if snaplen < length:
+                self.truncated += 1  # bigger than a slot (the MTU grew): not forwarded cut short
+            else:
+                out.append((base + mac, length, status))
             taken.append(base)
             i = i + 1 if i + 1 < n else 0
         self.index = i
@@ -188,7 +192,10 @@ class RxRing:
             off = base + first
             for _ in range(num):
                 next_off, _s, _ns, snaplen, length, status, mac, _net = unpack_pkt(view, off)
-                out.append((off + mac, snaplen, status))
+                if snaplen < length:
+                    self.truncated += 1
+                else:
+                    out.append((off + mac, length, status))
                 off += next_off
             self._taken.append(base + 8)
             self.index = (self.index + 1) % self.block_nr

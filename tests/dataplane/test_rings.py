@@ -143,3 +143,26 @@ def test_filters_drop_frames_for_other_hosts(veth_pair):
     finally:
         ring.close()
         control.close()
+
+
+def test_a_frame_bigger_than_a_slot_is_counted_not_cut(veth_pair):
+    """The MTU grew past the ring's slots (until the daemon rebuilds the ring): such a frame
+    is dropped and counted, never handed on cut short."""
+    ns_a, ns_b = veth_pair
+    _sh(f"ip -n {ns_a} link set va mtu 9000", f"ip -n {ns_b} link set vb mtu 9000")
+    own = os.open("/proc/self/ns/net", os.O_RDONLY)
+    netns.setns(ns_b)
+    try:
+        ring = rings.RxRing("vb", mtu=1560, program=bpf.UNICAST_ONLY, vnet_hdr=True)
+    finally:
+        netns.setns(own)
+        os.close(own)
+    try:
+        small, big = _udp_frame(0, 1), _udp_frame(0, 0) + bytes(4000)
+        _send_from(ns_a, [small], big)  # (the TX ring's slots are sized for 1560 too: big goes plainly)
+        time.sleep(0.1)
+        assert [length for _, length, _ in ring.frames(10)] == [len(small)]
+        ring.release()
+        assert ring.truncated == 1
+    finally:
+        ring.close()

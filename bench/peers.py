@@ -68,6 +68,8 @@ def specs(n_workers: int) -> dict[str, Spec]:
             out.append(Spec(f"batmand-{label}{suffix}", "pair", "batmand", "batmand", workers=w,
                             offloads=not off, flows_test=(label == "wN"),
                             about=f"batmand --workers {w}" + (", --set " + " --set ".join(OFFLOADS_OFF) if off else "")))
+    out.append(Spec("batmand-w0-nogro", "pair", "batmand", "batmand", workers=0, settings=("gro=off",),
+                    about="batmand --workers 0, --set gro=off (TSO and checksum offload on)"))
     out.append(Spec("batmand-wN-v3", "pair", "batmand", "batmand", workers=n_workers, settings=("rx_ring=v3",),
                     about=f"batmand --workers {n_workers}, --set rx_ring=v3 (TPACKET_V3 block rings)"))
     out += [

@@ -130,6 +130,11 @@ def ratios(summary: dict, configs: list[str], n_workers: int) -> list[dict]:
         add("offloads on / off", f"{w}: TCP8 Gbit/s, offloads on / off", on, off, "tcp8.gbps", "higher = offloads help")
         add("offloads on / off", f"{w}: TCP1 daemon CPU-s/GB, offloads on / off", on, off,
             "tcp1.daemon_cpu_s_per_gb", "lower = offloads help")
+    # GRO alone (TSO and checksum offload stay on): what coalescing brings at the receiver
+    add("GRO on / off", "w0: TCP1 Gbit/s, gro on / off", "batmand-w0", "batmand-w0-nogro", "tcp1.gbps",
+        "higher = GRO helps")
+    add("GRO on / off", "w0: TCP1 daemon CPU-s/GB, gro on / off", "batmand-w0", "batmand-w0-nogro",
+        "tcp1.daemon_cpu_s_per_gb", "lower = GRO helps")
     for base in ("batmand", "batmand-wN-nooffload", "line3-batmand"):
         if base == "batmand-wN-nooffload":
             wn, w0 = base, "batmand-w0-nooffload"

@@ -70,6 +70,10 @@ def specs(n_workers: int) -> dict[str, Spec]:
                             about=f"batmand --workers {w}" + (", --set " + " --set ".join(OFFLOADS_OFF) if off else "")))
     out.append(Spec("batmand-w0-nogro", "pair", "batmand", "batmand", workers=0, settings=("gro=off",),
                     about="batmand --workers 0, --set gro=off (TSO and checksum offload on)"))
+    out.append(Spec("batmand-w0-notso", "pair", "batmand", "batmand", workers=0, settings=("tso=off",),
+                    about="batmand --workers 0, --set tso=off (the host segments; GRO and checksum offload on)"))
+    out.append(Spec("batmand-w0-nocsum", "pair", "batmand", "batmand", workers=0, settings=("csum_offload=off",),
+                    about="batmand --workers 0, --set csum_offload=off (checksums finished in Python)"))
     out.append(Spec("batmand-wN-v3", "pair", "batmand", "batmand", workers=n_workers, settings=("rx_ring=v3",),
                     about=f"batmand --workers {n_workers}, --set rx_ring=v3 (TPACKET_V3 block rings)"))
     out += [

@@ -135,6 +135,11 @@ def ratios(summary: dict, configs: list[str], n_workers: int) -> list[dict]:
         "higher = GRO helps")
     add("GRO on / off", "w0: TCP1 daemon CPU-s/GB, gro on / off", "batmand-w0", "batmand-w0-nogro",
         "tcp1.daemon_cpu_s_per_gb", "lower = GRO helps")
+    for switch in ("tso", "csum"):
+        add(f"{switch} on / off", f"w0: TCP1 Gbit/s, {switch} on / off", "batmand-w0", f"batmand-w0-no{switch}",
+            "tcp1.gbps", "higher = it helps")
+        add(f"{switch} on / off", f"w0: TCP1 daemon CPU-s/GB, {switch} on / off", "batmand-w0", f"batmand-w0-no{switch}",
+            "tcp1.daemon_cpu_s_per_gb", "lower = it helps")
     for base in ("batmand", "batmand-wN-nooffload", "line3-batmand"):
         if base == "batmand-wN-nooffload":
             wn, w0 = base, "batmand-w0-nooffload"

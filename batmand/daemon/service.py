@@ -128,6 +128,7 @@ class Service:
         while True:
             await asyncio.sleep(interval)
             self.notifier.send(WATCHDOG=1, STATUS=self._status())
+            self.dataplane.check()
             self._check_interfaces()
             if self.state_file and self.now() >= next_save:
                 next_save = self.now() + 1.0  # soon after start, then every SAVE_PERIOD

@@ -61,6 +61,8 @@ class Channel:
             data, fds, _flags, _addr = socket.recv_fds(self.sock, MAX_MESSAGE, MAX_FDS)
         except BlockingIOError:
             return None
+        except OSError:  # reset: the other end died with our messages unread
+            raise EOFError from None
         if not data:
             for fd in fds:
                 socket.close(fd)

@@ -33,6 +33,7 @@ log = logging.getLogger("batmand")
 
 RX_FRAMES = 4096  # receive-ring slots per worker and hard interface: a TCP window's burst fits
 RESTART_BACKOFF = 1.0  # seconds between restarts of a worker that keeps dying
+SILENCE_LIMIT = 5.0  # a worker that has not reported for this long is stuck: killed and restarted
 
 
 def _ring_settings(mtu: int, version: int) -> dict:
@@ -76,6 +77,9 @@ class InlineDataPlane:
     async def refresh(self) -> None:
         """Counters are always current inline."""
 
+    def check(self) -> None:
+        """Nothing to watch inline (the daemon's own watchdog covers it)."""
+
     def counters(self) -> dict:
         return dict(self.engine.counters)
 
@@ -106,6 +110,7 @@ class _Worker:
         self.ring_drops: dict = {}  # per hard interface, this life
         self.ring_drops_before: collections.Counter = collections.Counter()  # earlier lives
         self.reported: asyncio.Event | None = None  # set by the next report after refresh() asked
+        self.last_report = 0.0
 
 
 class WorkerPool:
@@ -131,7 +136,7 @@ class WorkerPool:
                                        pass_fds=[theirs.fileno()])
         theirs.close()
         worker.channel = channel
-        worker.started = time.monotonic()
+        worker.started = worker.last_report = time.monotonic()
         self.loop.add_reader(channel.fileno(), self._on_channel, worker)
         channel.send(("config", {k: self.settings[k] for k in ("gro", "tso", "csum_offload")}), [worker.tap_fd],
                      must=True)
@@ -169,6 +174,7 @@ class WorkerPool:
                 self.slow_mesh(message[1], message[2])
             elif kind == "stats":
                 worker.counters, seen, worker.ring_drops = message[1], message[2], message[3]
+                worker.last_report = time.monotonic()
                 self.seen.update(seen)
                 if worker.reported is not None:
                     worker.reported.set()
@@ -191,6 +197,18 @@ class WorkerPool:
         log.warning("data-plane worker %d (pid %d) exited with %s; restarting it", worker.index, worker.proc.pid, code)
         delay = RESTART_BACKOFF if time.monotonic() - worker.started < RESTART_BACKOFF else 0.0
         self.loop.call_later(delay, self._respawn, worker)
+
+    def check(self) -> None:
+        """Called once a second: a worker that stopped reporting (stuck, or stopped) is
+        killed; its channel's end then restarts it like any worker that died."""
+        now = time.monotonic()
+        for worker in self.workers:
+            if worker.channel is not None and worker.proc.poll() is None \
+                    and now - worker.last_report > SILENCE_LIMIT:
+                log.warning("data-plane worker %d (pid %d) silent for %.0f s; killing it", worker.index,
+                            worker.proc.pid, now - worker.last_report)
+                worker.proc.kill()
+                worker.last_report = now  # once: the restart follows the channel's end
 
     def _respawn(self, worker: _Worker) -> None:
         if not self.closing:

@@ -7,6 +7,7 @@ directory and run inside the nodes' namespaces with the project's interpreter.""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -484,3 +485,28 @@ def test_worker_restart_after_sigkill(scripts, tmp_path, node):
         assert conn["bytes"] == STREAM_MB << 20 and conn["sha256"] == digest, f"stream across the kill: {conn}"
     assert fresh_got["bytes"] == fresh_sent["bytes"] == STREAM_MB << 20
     assert fresh_got["sha256"] == digest
+
+
+def test_a_stuck_worker_is_killed_and_restarted():
+    """A worker that stops reporting (here: SIGSTOP, as a wedged loop would look) is killed
+    after SILENCE_LIMIT and restarted on its queue and rings; traffic through it resumes."""
+    from batmand.dataplane.pool import SILENCE_LIMIT
+
+    with make_lab("line3", workers=2, orig_interval_ms=200) as lab:
+        lab.start()
+        mesh_ready(lab, "n1", "n3")
+        victim = dp(lab, "n2")["workers"][0]
+        assert ppid(victim["pid"]) == lab.pids["n2"]
+        os.kill(victim["pid"], signal.SIGSTOP)
+        try:
+            restarted, waited = wait_for(lambda: (lambda w: w if w["restarts"] == 1 else None)(
+                dp(lab, "n2")["workers"][0]), timeout=SILENCE_LIMIT + 5)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim["pid"], signal.SIGCONT)
+        assert restarted["pid"] != victim["pid"] and ppid(restarted["pid"]) == lab.pids["n2"]
+        assert waited >= SILENCE_LIMIT - 1.5, f"restarted after {waited:.1f} s: it was not silence that did it"
+        assert "silent for" in lab.log_path("n2").read_text()
+        # every flow, whichever worker it hashes to, gets through again
+        for _ in range(8):
+            assert lab.exec("n1", ["ping", "-c", "2", "-i", "0.2", "-W", "2", lab.address("n3")]).returncode == 0

@@ -5,18 +5,14 @@ socket the protocol core transmits on."""
 from __future__ import annotations
 
 import socket
-import struct
 
-from batmand.dataplane import bpf
-from batmand.dataplane.offload import VIRTIO_NET_HDR_F_NEEDS_CSUM, VNET_HDR_LEN, VNET_PLAIN, finish_checksum
+from batmand.dataplane import bpf, rings
+from batmand.dataplane.offload import (VIRTIO_NET_HDR_F_NEEDS_CSUM, VNET_HDR, VNET_HDR_LEN, VNET_PLAIN,
+                                       finish_checksum)
+from batmand.dataplane.rings import PACKET_IGNORE_OUTGOING, PACKET_VNET_HDR, SOL_PACKET
 from batmand.wire import ETH_P_BATMAN
 
-SOL_PACKET = 263
-PACKET_STATISTICS = 6
-PACKET_VNET_HDR = 15
-PACKET_IGNORE_OUTGOING = 23
 RCVBUF = 4 * 1024 * 1024
-_VNET = struct.Struct("=BBHHHH")
 
 
 class PacketSocket:
@@ -50,7 +46,7 @@ class PacketSocket:
                 return None
             if len(data) <= VNET_HDR_LEN:
                 continue
-            flags, _gso, _hlen, _size, csum_start, csum_offset = _VNET.unpack_from(data)
+            flags, _gso, _hlen, _size, csum_start, csum_offset = VNET_HDR.unpack_from(data)
             if not flags & VIRTIO_NET_HDR_F_NEEDS_CSUM:
                 return data[VNET_HDR_LEN:]
             frame = bytearray(data[VNET_HDR_LEN:])
@@ -60,11 +56,7 @@ class PacketSocket:
 
     def statistics(self) -> tuple[int, int]:
         """PACKET_STATISTICS (reset by every read): (frames seen, frames dropped), summed here."""
-        try:
-            raw = self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
-        except OSError:
-            return 0, self.kernel_drops
-        packets, drops = struct.unpack("II", raw)
+        packets, drops = rings.statistics(self.sock)
         self.kernel_drops += drops
         return packets, self.kernel_drops
 

@@ -35,24 +35,28 @@ class Channel:
         to a second for room (tables and descriptors must arrive)."""
         data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
         try:
-            socket.send_fds(self.sock, [data], list(fds)) if fds else self.sock.send(data)
+            self._send(data, fds)
             return True
         except BlockingIOError:
-            if not must:
-                self.dropped += 1
-                return False
+            if must:
+                self.sock.settimeout(1.0)
+                try:
+                    self._send(data, fds)
+                    return True
+                except OSError:
+                    pass
+                finally:
+                    self.sock.setblocking(False)
         except OSError:
-            self.dropped += 1
-            return False
-        self.sock.settimeout(1.0)
-        try:
-            socket.send_fds(self.sock, [data], list(fds)) if fds else self.sock.send(data)
-            return True
-        except OSError:
-            self.dropped += 1
-            return False
-        finally:
-            self.sock.setblocking(False)
+            pass
+        self.dropped += 1
+        return False
+
+    def _send(self, data: bytes, fds) -> None:
+        if fds:
+            socket.send_fds(self.sock, [data], list(fds))
+        else:
+            self.sock.send(data)
 
     def recv(self) -> tuple[tuple, list[int]] | None:
         """One message and any descriptors with it; None when nothing waits. EOFError

@@ -31,16 +31,17 @@ DELIVER, SLOW = "deliver", "slow"
 _BATMAN = b"\x43\x05"
 _VLAN = b"\x81\x00"
 VNET = offload.VNET_HDR_LEN
-_VNET = struct.Struct("=BBHHHH")
+_VNET = offload.VNET_HDR
+_CSUM_FIELDS = struct.Struct("=HH")  # csum_start, csum_offset at offset 6 of a vnet header
 _NEEDS_CSUM = offload.VIRTIO_NET_HDR_F_NEEDS_CSUM
+_DATA_VALID = offload.VIRTIO_NET_HDR_F_DATA_VALID
 _GSO_NONE = offload.GSO_NONE
 
 
 class Port:
-    """A hard interface as the engine sees it: its receive ring (None when another
-    socket receives for it) and its transmit ring."""
+    """A hard interface as the engine sees it: its receive ring and its transmit ring."""
 
-    def __init__(self, name: str, mac: bytes, mtu: int, rx: RxRing | None, tx: TxRing) -> None:
+    def __init__(self, name: str, mac: bytes, mtu: int, rx: RxRing, tx: TxRing) -> None:
         self.name = name
         self.mac = mac
         self.mtu = mtu
@@ -73,13 +74,12 @@ class HostRoute:
         self.plain_head = offload.VNET_PLAIN + prefix if port.tx.vnet_hdr else prefix
         self._partial_heads: dict = {}
 
-    def head_for(self, buf) -> bytes:
-        """vnet header (NEEDS_CSUM, offsets moved by our prefix) + prefix, for the vnet
-        header at the start of buf."""
-        key = bytes(buf[6:10])  # csum_start, csum_offset
+    def partial_head(self, csum_start: int, csum_offset: int) -> bytes:
+        """vnet header (NEEDS_CSUM, the offsets moved by our prefix) + prefix, for a frame
+        whose checksum the host left partial at these offsets."""
+        key = (csum_start, csum_offset)
         head = self._partial_heads.get(key)
         if head is None:
-            _f, _g, _h, _s, csum_start, csum_offset = _VNET.unpack_from(buf)
             head = _VNET.pack(_NEEDS_CSUM, 0, 0, 0, csum_start + UNICAST_PREFIX_LEN, csum_offset) + self.prefix
             if len(self._partial_heads) < 64:
                 self._partial_heads[key] = head
@@ -87,13 +87,11 @@ class HostRoute:
 
 
 class Engine:
-    def __init__(self, tap_fd: int, slow_host, slow_mesh, *, gro: bool = True, tso: bool = True,
-                 csum_offload: bool = True) -> None:
+    def __init__(self, tap_fd: int, slow_host, slow_mesh, *, gro: bool = True, csum_offload: bool = True) -> None:
         self.tap_fd = tap_fd
         self.slow_host = slow_host  # frame -> None: a frame from the host for the core
         self.slow_mesh = slow_mesh  # (ifname, frame) -> None: a frame from the mesh for the core
         self.gro = gro
-        self.tso = tso
         self.csum_offload = csum_offload
         self.fwd = ForwardingTable()
         self.ports: dict[str, Port] = {}
@@ -176,7 +174,8 @@ class Engine:
                 # the common case inline: a known destination, the checksum left as the host left it
                 route = cache.get(bytes(buf[VNET:VNET + 16]))
                 if route is not None and n - VNET + UNICAST_PREFIX_LEN - 14 <= route.port.mtu:
-                    head = route.head_for(buf) if buf[0] & _NEEDS_CSUM else route.plain_head
+                    head = route.partial_head(*_CSUM_FIELDS.unpack_from(buf, 6)) if buf[0] & _NEEDS_CSUM \
+                        else route.plain_head
                     if route.port.tx.put((head, view[VNET:n]), len(head) + n - VNET):
                         route.hits += 1
                         touched.add(route.port)
@@ -212,11 +211,8 @@ class Engine:
             for headers, payload in parts:
                 self._from_host(headers + payload, self.csum_offload, csum_start, 16, touched)
             return
-        port, prefix = route.port, route.prefix
-        if self.csum_offload:
-            head = _VNET.pack(_NEEDS_CSUM, 0, 0, 0, csum_start + UNICAST_PREFIX_LEN, 16) + prefix
-        else:
-            head = prefix
+        port = route.port
+        head = route.partial_head(csum_start, 16) if self.csum_offload else route.plain_head
         put = port.tx.put
         sent = sent_bytes = 0
         for headers, payload in parts:
@@ -235,19 +231,18 @@ class Engine:
         if route is None:
             route = self._host_route(frame)
         if route is not None:
-            port, prefix = route.port, route.prefix
+            port = route.port
             length = len(frame)
             if length + UNICAST_PREFIX_LEN - 14 <= port.mtu:
                 if not needs_csum:
-                    ok = port.tx.put((offload.VNET_PLAIN, prefix, frame) if self.csum_offload else (prefix, frame),
-                                     VNET + length + 24 if self.csum_offload else length + 24)
+                    head = route.plain_head
                 elif self.csum_offload:
-                    vnet = _VNET.pack(_NEEDS_CSUM, 0, 0, 0, csum_start + UNICAST_PREFIX_LEN, csum_offset)
-                    ok = port.tx.put((vnet, prefix, frame), VNET + length + 24)
-                else:
-                    whole = bytearray(frame)
-                    offload.finish_checksum(whole, csum_start, csum_offset)
-                    ok = port.tx.put((prefix, whole), length + 24)
+                    head = route.partial_head(csum_start, csum_offset)
+                else:  # the next kernel will not finish it: do it here
+                    frame = bytearray(frame)
+                    offload.finish_checksum(frame, csum_start, csum_offset)
+                    head = route.plain_head
+                ok = port.tx.put((head, frame), len(head) + length)
                 if ok:
                     route.hits += 1
                     touched.add(port)
@@ -353,7 +348,7 @@ class Engine:
                 if csum == offload.CSUM_PARTIAL:
                     _VNET.pack_into(view, off + 14, _NEEDS_CSUM, 0, 0, 0, csum_start, csum_offset)
                 else:
-                    _VNET.pack_into(view, off + 14, 2 if csum == offload.CSUM_VALID else 0, 0, 0, 0, 0, 0)
+                    _VNET.pack_into(view, off + 14, _DATA_VALID if csum == offload.CSUM_VALID else 0, 0, 0, 0, 0, 0)
                 try:
                     os.write(tap, view[off + 14:off + length])
                 except BlockingIOError:
@@ -376,8 +371,7 @@ class Engine:
                     else tx.put((offload.VNET_PLAIN, view[off:off + length]), VNET + length)
             else:
                 if status & TP_STATUS_CSUMNOTREADY:
-                    _f, _g, _h, _s, csum_start, csum_offset = _VNET.unpack_from(view, off - VNET)
-                    offload.finish_checksum(view[off:off + length], csum_start, csum_offset)
+                    _finish_rx_checksum(view, off, view[off:off + length])
                 ok = tx.put((view[off:off + length],), length)
             if ok:
                 touched.add(out)
@@ -410,18 +404,17 @@ class Engine:
     def _to_slow_mesh(self, port: Port, view, off: int, length: int, status: int) -> None:
         frame = bytearray(view[off:off + length])
         if status & TP_STATUS_CSUMNOTREADY:
-            _f, _g, _h, _s, csum_start, csum_offset = _VNET.unpack_from(view, off - VNET)
-            if csum_start + csum_offset + 2 <= length:
-                offload.finish_checksum(frame, csum_start, csum_offset)
+            _finish_rx_checksum(view, off, frame)
         self.counters["slow_mesh"] += 1
         self.slow_mesh(port.name, bytes(frame))
 
-    def close(self) -> None:
-        for port in self.ports.values():
-            if port.rx is not None:
-                port.rx.close()
-            port.tx.close()
-        self.ports.clear()
+
+def _finish_rx_checksum(view, off: int, frame) -> None:
+    """Complete, in `frame`, a checksum its sender left partial (TP_STATUS_CSUMNOTREADY);
+    the receive ring's vnet header in front of the frame at `off` says where it is."""
+    _f, _g, _h, _s, csum_start, csum_offset = _VNET.unpack_from(view, off - VNET)
+    if csum_start + csum_offset + 2 <= len(frame):
+        offload.finish_checksum(frame, csum_start, csum_offset)
 
 
 def _vid(frame, off: int) -> tuple[int, int] | None:

@@ -41,7 +41,10 @@ GSO_TCPV6 = 4
 GSO_UDP_L4 = 5  # UDP GSO (USO); a TAP accepts it on write from Linux 6.2
 GSO_ECN = 0x80
 
-_VNET = struct.Struct("<BBHHHH")
+# struct virtio_net_hdr as TAP devices and packet sockets exchange it without
+# TUNSETVNETLE/BE: the legacy layout, in the host's byte order
+VNET_HDR = struct.Struct("=BBHHHH")
+_VNET = VNET_HDR
 _vnet_pack = _VNET.pack
 
 

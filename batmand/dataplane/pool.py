@@ -27,7 +27,7 @@ from batmand.core.forwarding import ForwardingTable
 from . import bpf
 from .channel import Channel, pair
 from .engine import Engine, Port
-from .rings import TPACKET_V2, RxRing, TxRing, statistics
+from .rings import RxRing, TxRing, statistics
 
 log = logging.getLogger("batmand")
 
@@ -44,7 +44,7 @@ class InlineDataPlane:
     def __init__(self, loop, tap_fd: int, slow_host, slow_mesh, settings: dict) -> None:
         self.loop = loop
         self.settings = settings
-        self.engine = Engine(tap_fd, slow_host, slow_mesh, gro=settings["gro"], tso=settings["tso"],
+        self.engine = Engine(tap_fd, slow_host, slow_mesh, gro=settings["gro"],
                              csum_offload=settings["csum_offload"])
         self.ring_drops: collections.Counter = collections.Counter()  # per hard interface
         loop.add_reader(tap_fd, self.engine.on_tap)
@@ -112,6 +112,18 @@ class _Worker:
         self.reported: asyncio.Event | None = None  # set by the next report after refresh() asked
         self.last_report = 0.0
 
+    def totals(self) -> collections.Counter:
+        """Counters over all its lives (counters at 0 kept: batmanctl s lists them)."""
+        total = collections.Counter(self.counters_before)
+        total.update(self.counters)
+        return total
+
+    def ring_drop_totals(self) -> collections.Counter:
+        """Ring drops per hard interface over all its lives."""
+        total = collections.Counter(self.ring_drops_before)
+        total.update(self.ring_drops)
+        return total
+
 
 class WorkerPool:
     def __init__(self, loop, tap_fds: list[int], slow_host, slow_mesh, settings: dict) -> None:
@@ -138,7 +150,7 @@ class WorkerPool:
         worker.channel = channel
         worker.started = worker.last_report = time.monotonic()
         self.loop.add_reader(channel.fileno(), self._on_channel, worker)
-        channel.send(("config", {k: self.settings[k] for k in ("gro", "tso", "csum_offload")}), [worker.tap_fd],
+        channel.send(("config", {k: self.settings[k] for k in ("gro", "csum_offload")}), [worker.tap_fd],
                      must=True)
         for name in self.ports:
             self._send_port(worker, name)
@@ -273,25 +285,22 @@ class WorkerPool:
     def counters(self) -> dict:
         total = collections.Counter()
         for worker in self.workers:
-            total.update(worker.counters_before)
-            total.update(worker.counters)
+            total.update(worker.totals())
         return dict(total)
 
     def status(self) -> dict:
         rows = []
+        ring_drops = collections.Counter()
         for w in self.workers:
-            counters = collections.Counter(w.counters_before)
-            counters.update(w.counters)
+            counters = w.totals()
+            drops = w.ring_drop_totals()
+            ring_drops.update(drops)
             rows.append({"index": w.index, "pid": w.proc.pid if w.proc else None, "restarts": w.restarts,
                          "rx_frames": counters["rx"] + counters["forward"], "tx_frames": counters["tx"] + counters["forward"],
                          "forward_frames": counters["forward"], "slow_path": counters["slow_host"] + counters["slow_mesh"],
                          "gro_merged": counters["gro_merged"], "tso_segments": counters["tso_segments"],
-                         "socket_drops": sum(w.ring_drops_before.values()) + sum(w.ring_drops.values())})
+                         "socket_drops": sum(drops.values())})
         total = self.counters()
-        ring_drops = collections.Counter()
-        for w in self.workers:
-            ring_drops.update(w.ring_drops_before)
-            ring_drops.update(w.ring_drops)
         return {"workers": rows, "ring_drops": dict(ring_drops),
                 "drops": {"socket": sum(r["socket_drops"] for r in rows),
                           "tap_write": total.get("tap_write_dropped", 0),

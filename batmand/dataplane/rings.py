@@ -73,13 +73,13 @@ class RxRing:
         self.version = version
         self.vnet_hdr = vnet_hdr
         self.frame_size = frame_size_for(mtu)
-        if sock is not None:  # an inherited socket whose ring exists: map it again
+        self._size(frames)  # an inherited socket (sock) has its ring: the same sizes map it again
+        if sock is not None:
             self.sock = sock
-            self._size_from_inherited(frames)
         else:
             self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
             try:
-                self._setup(ifname, frames, program, fanout_group, block_timeout_ms)
+                self._setup(ifname, program, fanout_group, block_timeout_ms)
             except OSError:
                 self.sock.close()
                 raise
@@ -90,14 +90,13 @@ class RxRing:
         self._taken: list[int] = []  # status words of slots (V2) or blocks (V3) handed to us
         self.truncated = 0  # frames longer than a slot, dropped (the engine collects the count)
 
-    def _setup(self, ifname, frames, program, fanout_group, block_timeout_ms) -> None:
+    def _setup(self, ifname, program, fanout_group, block_timeout_ms) -> None:
         s = self.sock
         s.setsockopt(SOL_PACKET, PACKET_VERSION, self.version)
         if self.vnet_hdr:
             s.setsockopt(SOL_PACKET, PACKET_VNET_HDR, 1)
         if program is not None:
             bpf.attach(s, program)
-        self._size(frames)
         if self.version == TPACKET_V2:
             req = struct.pack("IIII", self.block_size, self.block_nr, self.frame_size, self.frame_nr)
         else:
@@ -120,9 +119,6 @@ class RxRing:
         self.block_nr = max(2, -(-frames // per_block))
         self.frame_nr = self.block_nr * per_block
         self.ring_bytes = self.block_size * self.block_nr
-
-    def _size_from_inherited(self, frames: int) -> None:
-        self._size(frames)
 
     def _resync(self) -> None:
         """Find the oldest waiting frame (the first user-owned slot after a kernel-owned

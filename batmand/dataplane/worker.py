@@ -79,7 +79,7 @@ class Worker:
     def do_config(self, settings: dict, fds) -> None:
         tap_fd = fds[0]
         os.set_blocking(tap_fd, False)
-        self.engine = Engine(tap_fd, self._slow_host, self._slow_mesh, gro=settings["gro"], tso=settings["tso"],
+        self.engine = Engine(tap_fd, self._slow_host, self._slow_mesh, gro=settings["gro"],
                              csum_offload=settings["csum_offload"])
         self.epoll.register(tap_fd, select.EPOLLIN)
 

@@ -7,16 +7,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(iperf3 tinc fastd ethtool iputils-ping iproute2)
 
-missing=()
-for pkg in "${APT_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "bench-setup: installing apt packages: ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+./scripts/apt-install.sh bench-setup "${APT_PACKAGES[@]}"
 
 # tinc and fastd ship system services; the benchmark starts its own daemons inside
 # namespaces and needs none running in the root namespace.

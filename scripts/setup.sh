@@ -10,16 +10,7 @@ APT_PACKAGES=(python3 python3-venv python3-dev gcc iproute2 tshark nftables iput
               # depmod for the downloaded kernel's modules; cpio for a test of our archives
               qemu-system-x86 busybox-static kmod cpio)
 
-missing=()
-for pkg in "${APT_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "setup: installing apt packages: ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+./scripts/apt-install.sh setup "${APT_PACKAGES[@]}"
 
 PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null; then

@@ -30,3 +30,15 @@ def namespace():
 
 def in_netns(netns: str, argv: list[str]) -> list[str]:
     return ["ip", "netns", "exec", netns] + argv
+
+
+@contextlib.contextmanager
+def entered(netns: str):
+    """This thread inside `netns` for the block; sockets made there stay in it."""
+    from pyroute2 import netns as pyroute_netns
+
+    pyroute_netns.pushns(netns)
+    try:
+        yield
+    finally:
+        pyroute_netns.popns()

@@ -14,6 +14,7 @@ from batmand.core.ping import PingSession, TracerouteSession
 from batmand.wire import Mac
 
 from . import protocol, tables
+from .links import sysfs_int
 
 log = logging.getLogger("batmand.control")
 
@@ -178,7 +179,7 @@ class ControlServer:
         status["mode"] = "inline" if not status["workers"] else f"{len(status['workers'])} workers"
         # tap: frames the host could not queue to the TAP (no worker read them in time);
         # tap_write: frames for the host whose TAP write failed (the host's backlog was full)
-        status["drops"]["tap"] = _tap_tx_dropped(self.service.softif.name)
+        status["drops"]["tap"] = sysfs_int(self.service.softif.name, "statistics/tx_dropped") or 0
         status["drops"]["tap_write"] += self.service.softif.write_dropped
         status["counters"] = self.service.dataplane.counters()
         return status
@@ -352,12 +353,3 @@ class ControlServer:
         await self._run_session(session, writer, probe, event)
         reached = any(r.kind == "reply" for hop in session.hops for r in hop)
         return {"hops": len(session.hops), "reached": reached}
-
-
-def _tap_tx_dropped(ifname: str) -> int:
-    """Frames the host could not queue to the TAP because no data-plane reader kept up."""
-    try:
-        with open(f"/sys/class/net/{ifname}/statistics/tx_dropped") as f:
-            return int(f.read())
-    except (OSError, ValueError):
-        return 0

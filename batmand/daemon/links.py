@@ -22,16 +22,21 @@ class LinkInfo:
     up: bool
 
 
+def sysfs_int(ifname: str, attribute: str) -> int | None:
+    """A number from /sys/class/net/IFNAME/ATTRIBUTE (e.g. "mtu", "statistics/tx_dropped"),
+    None when the interface or the attribute is gone or not a number."""
+    try:
+        with open(f"/sys/class/net/{ifname}/{attribute}") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
 def link_speed(ifname: str) -> tuple[int | None, bool]:
     """(Mbit/s or None, full duplex) as ethtool reports it, read from sysfs."""
-    base = f"/sys/class/net/{ifname}/"
+    speed = sysfs_int(ifname, "speed")
     try:
-        with open(base + "speed") as f:
-            speed = int(f.read().strip())
-    except (OSError, ValueError):
-        speed = None
-    try:
-        with open(base + "duplex") as f:
+        with open(f"/sys/class/net/{ifname}/duplex") as f:
             duplex = f.read().strip() == "full"
     except OSError:
         duplex = False

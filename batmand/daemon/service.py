@@ -23,7 +23,7 @@ from batmand.dataplane.pool import InlineDataPlane, WorkerPool
 
 from .control import ControlServer
 from . import state
-from .links import link_info, link_speed, set_up
+from .links import link_info, link_speed, set_up, sysfs_int
 from .notify import Notifier
 from .options import Options
 from .packet_socket import PacketSocket
@@ -137,12 +137,8 @@ class Service:
     def _check_interfaces(self) -> None:
         changed = False
         for iface in self.mesh.active_ifaces():  # MTU changes at run time: fragment to the new size
-            try:
-                with open(f"/sys/class/net/{iface.name}/mtu") as f:
-                    mtu = int(f.read())
-            except (OSError, ValueError):
-                continue
-            if mtu != iface.mtu:
+            mtu = sysfs_int(iface.name, "mtu")
+            if mtu is not None and mtu != iface.mtu:
                 log.info("interface %s: MTU %d -> %d", iface.name, iface.mtu, mtu)
                 iface.mtu = mtu
                 changed = True

@@ -390,7 +390,6 @@ def download(debs: Path, packages: dict[str, str]) -> dict[str, Path]:
     debs.mkdir(parents=True, exist_ok=True)
     files = {}
     for pkg, version in sorted(packages.items()):
-        want = debs / f"{pkg}_{version.replace(':', '%3a')}_amd64.deb"
         have = [p for p in debs.glob(f"{pkg}_*.deb") if _deb_field(p, "Package") == pkg]
         match = [p for p in have if _deb_field(p, "Version") == version]
         if match:

@@ -46,7 +46,6 @@ import time
 from pathlib import Path
 
 import pytest
-from pyroute2 import netns as pyroute_netns
 
 from batmand.core.config import MeshConfig
 from batmand.core.mesh import Mesh
@@ -56,6 +55,7 @@ from batmand.wire.constants import ETH_P_BATMAN, PACKET_TYPE_NAMES
 from tests.conftest import PCAP_DIR
 from tests.daemon.labs import best_routes, make_lab, orig_mac, originators, stats, wait_for
 from tests.daemon.storm import ETH_HLEN, KINDS, MAX_FRAME, Target, build_storm
+from tests.netns import entered
 
 REPO = Path(__file__).resolve().parents[2]
 INTERVAL_MS = 500
@@ -83,16 +83,6 @@ COUNTED_RX = ["rx_" + name for name in PACKET_TYPE_NAMES.values()] + ["rx_unknow
 # --- measuring from outside the daemons -----------------------------------------------------
 
 
-@contextlib.contextmanager
-def in_netns(ns: str):
-    """Sockets made inside stay in that namespace."""
-    pyroute_netns.pushns(ns)
-    try:
-        yield
-    finally:
-        pyroute_netns.popns()
-
-
 def batman_socket(ifname: str, rcvbuf: int) -> socket.socket:
     sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_BATMAN))
     sock.bind((ifname, ETH_P_BATMAN))
@@ -110,7 +100,7 @@ class FrameCounter:
     """Frames offered on each interface to a socket bound like the daemon's."""
 
     def __init__(self, ns: str, ifnames: list[str]) -> None:
-        with in_netns(ns):
+        with entered(ns):
             self.socks = {name: batman_socket(name, 0) for name in ifnames}
         self.total = dict.fromkeys(ifnames, 0)
 
@@ -135,7 +125,7 @@ class OgmSniffer(threading.Thread):
         code = b"".join(struct.pack("HBBI", *insn) for insn in self._FILTER)
         self._buf = ctypes.create_string_buffer(code)
         prog = struct.pack("HL", len(self._FILTER), ctypes.addressof(self._buf))
-        with in_netns(ns):
+        with entered(ns):
             self.socks = []
             for name in ifnames:
                 sock = batman_socket(name, 1 << 20)
@@ -650,7 +640,7 @@ def test_frames_for_another_host_never_reach_the_daemon(storm_lab):
     if not lab.daemon_running("n2"):
         pytest.fail("n2's daemon is not running (see the storm test)")
     other = bytes.fromhex("02dd00000001")
-    with in_netns(storm.atk):
+    with entered(storm.atk):
         sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         sock.bind((ATTACKER_IF, 0))
     src = bytes.fromhex(storm.mac("n2", TARGET_IF).replace(":", ""))  # any; the frame is not for n2

@@ -14,6 +14,7 @@ from pyroute2 import netns
 from batmand.dataplane import bpf, rings
 from batmand.wire.fastpath import unicast_prefix
 from tests.daemon.labs import prefix
+from tests.netns import entered
 
 FLOWS = 32
 PER_FLOW = 40
@@ -73,9 +74,7 @@ def _send_from(ns: str, frames: list[bytes], other: bytes) -> None:
 @pytest.mark.parametrize("version", [rings.TPACKET_V2, rings.TPACKET_V3], ids=["v2", "v3"])
 def test_fanout_keeps_flows_whole_and_in_order(veth_pair, version):
     ns_a, ns_b = veth_pair
-    own = os.open("/proc/self/ns/net", os.O_RDONLY)
-    netns.setns(ns_b)
-    try:
+    with entered(ns_b):
         group = os.getpid() & 0xFFFF or 1
         members = [rings.RxRing("vb", version=version, program=bpf.UNICAST_ONLY, fanout_group=group,
                                 vnet_hdr=True) for _ in range(2)]
@@ -83,9 +82,6 @@ def test_fanout_keeps_flows_whole_and_in_order(veth_pair, version):
         bpf.attach(control, bpf.ALL_BUT_UNICAST)
         control.bind(("vb", 0x4305))
         control.settimeout(2)
-    finally:
-        netns.setns(own)
-        os.close(own)
     try:
         frames = [_udp_frame(flow, seq) for seq in range(PER_FLOW) for flow in range(FLOWS)]
         ogm_like = DST_MAC + bytes(6) + b"\x43\x05" + b"\x00\x0f" + bytes(30)
@@ -120,18 +116,13 @@ def test_fanout_keeps_flows_whole_and_in_order(veth_pair, version):
 def test_filters_drop_frames_for_other_hosts(veth_pair):
     """A promiscuous interface shows frames for other MACs: neither filter passes them."""
     ns_a, ns_b = veth_pair
-    own = os.open("/proc/self/ns/net", os.O_RDONLY)
-    netns.setns(ns_b)
-    try:
+    with entered(ns_b):
         subprocess.run(["ip", "link", "set", "vb", "promisc", "on"], check=True)
         ring = rings.RxRing("vb", program=bpf.UNICAST_ONLY, vnet_hdr=True)
         control = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         bpf.attach(control, bpf.ALL_BUT_UNICAST)
         control.bind(("vb", 0x4305))
         control.settimeout(0.3)
-    finally:
-        netns.setns(own)
-        os.close(own)
     try:
         stranger = bytes.fromhex("02000000cccc")
         frames = [stranger + _udp_frame(0, seq)[6:] for seq in range(5)]
@@ -150,13 +141,8 @@ def test_a_frame_bigger_than_a_slot_is_counted_not_cut(veth_pair):
     is dropped and counted, never handed on cut short."""
     ns_a, ns_b = veth_pair
     _sh(f"ip -n {ns_a} link set va mtu 9000", f"ip -n {ns_b} link set vb mtu 9000")
-    own = os.open("/proc/self/ns/net", os.O_RDONLY)
-    netns.setns(ns_b)
-    try:
+    with entered(ns_b):
         ring = rings.RxRing("vb", mtu=1560, program=bpf.UNICAST_ONLY, vnet_hdr=True)
-    finally:
-        netns.setns(own)
-        os.close(own)
     try:
         small, big = _udp_frame(0, 1), _udp_frame(0, 0) + bytes(4000)
         _send_from(ns_a, [small], big)  # (the TX ring's slots are sized for 1560 too: big goes plainly)

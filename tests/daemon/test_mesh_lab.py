@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.daemon.labs import best_routes, make_lab, orig_mac, originators, stats, wait_for
+from tests.daemon.labs import best_routes, make_lab, orig_mac, originators, stats, tt_synced, wait_for
 
 INTERVAL_MS = 500
 
@@ -83,6 +83,9 @@ def test_parallel_paths_follow_the_better_link_and_switch():
         via_b = {orig_mac(lab, "b")}
         via_c = {orig_mac(lab, "c")}
         wait_for(lambda: best_routes(lab, "a").get(d) in via_b, timeout=40)
+        # TT in sync both ways first: a TT exchange over the 30 % path can take several
+        # request timeouts, and frames with a stale ttvn are dropped at b (kernel rule)
+        wait_for(lambda: tt_synced(lab, "a", "d") and tt_synced(lab, "d", "a"), timeout=30)
         # the 5 % path wins over the 30 % path
         lab.set_loss("a", "b", 100)
         t0 = time.monotonic()

@@ -45,16 +45,12 @@ def orig_mac(lab: Lab, node: str) -> str:
     return lab.exec(node, ["cat", f"/sys/class/net/{_primary_if(lab, node)}/address"], check=True).stdout.strip()
 
 
-def soft_mac(lab: Lab, node: str) -> str:
-    return lab.exec(node, ["cat", "/sys/class/net/bat0/address"], check=True).stdout.strip()
-
-
 def tt_synced(lab: Lab, node: str, owner: str) -> bool:
     """`node` holds `owner`'s bat0 MAC as announced in `owner`'s TT (not a temporary entry
     learnt from a broadcast), so its unicast headers carry `owner`'s current ttvn. Before
     that, relays that know the newer ttvn drop its frames, as kernel nodes do."""
     rows = json.loads(lab.batmanctl(node, "tg", "--json", check=True).stdout)
-    mac, orig = soft_mac(lab, owner), orig_mac(lab, owner)
+    mac, orig = lab.mesh_mac(owner), lab.originator(owner)
     return any(r["tt_address"] == mac and r["orig_address"] == orig and not r["tt_flags"] & TtClientFlags.TEMP
                for r in rows)
 

@@ -29,7 +29,8 @@ class DaemonError(ControlError):
 
 
 def socket_path(meshif: str, explicit: str | None = None, environ: Mapping[str, str] | None = None) -> str:
-    """--socket PATH, else $BATMAND_SOCKET, else /run/batmand/<meshif>.sock."""
+    """--socket PATH, else $BATMAND_SOCKET, else the daemon of this network namespace
+    (@batmand/<meshif>)."""
     if explicit:
         return explicit
     environ = os.environ if environ is None else environ
@@ -98,12 +99,13 @@ class Client:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout if timeout is not None else REQUEST_TIMEOUT)
         try:
-            sock.connect(self.path)
+            sock.connect(protocol.sockaddr(self.path))
         except OSError as exc:
             sock.close()
             reason = exc.strerror or str(exc)
             if exc.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTDIR):
-                raise NoDaemon(f"no batmand running for {self.meshif} ({self.path}: {reason})") from None
+                where = " in this network namespace" if protocol.is_abstract(self.path) else ""
+                raise NoDaemon(f"no batmand running for {self.meshif}{where} ({self.path}: {reason})") from None
             raise ControlError(f"cannot connect to batmand for {self.meshif} ({self.path}: {reason})") from None
         sock.settimeout(timeout)
         return sock

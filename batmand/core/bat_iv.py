@@ -64,7 +64,8 @@ class BatmanIV:
     # --- own OGMs ---------------------------------------------------------------------------
 
     def iface_enabled(self, now: float, iface: HardInterface) -> None:
-        iface.ogm_seqno = self.mesh.rng.getrandbits(32)
+        if iface.ogm_seqno is None:
+            iface.ogm_seqno = self.mesh.rng.getrandbits(32)
         self.schedule_own(now, iface)
 
     def iface_disabled(self, iface: HardInterface) -> None:

@@ -100,7 +100,8 @@ class BatmanV:
         return now + (interval_ms - jitter + self.mesh.rng.randrange(2 * jitter)) / 1000.0
 
     def iface_enabled(self, now: float, iface: HardInterface) -> None:
-        iface.elp_seqno = self.mesh.rng.getrandbits(32)
+        if iface.elp_seqno is None:
+            iface.elp_seqno = self.mesh.rng.getrandbits(32)
         self.next_elp[iface] = self._jittered(now, iface.elp_interval_ms)
         self.queues[iface] = AggregationQueue()
         if self.next_ogm == float("inf"):

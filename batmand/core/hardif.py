@@ -49,12 +49,12 @@ class HardInterface:
     wifi: bool = False
     hop_penalty: int = 0  # per-interface penalty (batctl hardif IFACE hp), kernel default 0
     active: bool = True
-    # B.A.T.M.A.N. IV: next own OGM seqno (always "last scheduled + 1")
-    ogm_seqno: int = 0
+    # B.A.T.M.A.N. IV: next own OGM seqno (always "last scheduled + 1"); None: random at enable
+    ogm_seqno: int | None = None
     neighbours: dict[Mac, HardifNeigh] = field(default_factory=dict)
     # B.A.T.M.A.N. V
     elp_interval_ms: int = 500  # batctl hardif IFACE et
-    elp_seqno: int = 0
+    elp_seqno: int | None = None  # None: random at enable
     throughput_override: int = 0  # 100 kbit/s units, 0 = estimate (batctl hardif IFACE to)
     link_speed_mbit: int | None = None  # from ethtool, None when the driver does not say
     full_duplex: bool = False

@@ -67,10 +67,13 @@ class Mesh:
 
     # --- hard interfaces ----------------------------------------------------------------------
 
-    def add_interface(self, now: float, name: str, mac: Mac, mtu: int = 1500, wifi: bool = False) -> list:
+    def add_interface(self, now: float, name: str, mac: Mac, mtu: int = 1500, wifi: bool = False, *,
+                      ogm_seqno: int | None = None, elp_seqno: int | None = None) -> list:
+        """Attach a hard interface; its own seqnos start random unless given (a restarted
+        node continues where it stopped, so peers accept it at once)."""
         if self.iface(name) is not None:
             raise ValueError(f"{name} is already part of the mesh")
-        iface = HardInterface(name=name, mac=Mac(mac), mtu=mtu, wifi=wifi)
+        iface = HardInterface(name=name, mac=Mac(mac), mtu=mtu, wifi=wifi, ogm_seqno=ogm_seqno, elp_seqno=elp_seqno)
         self.ifaces.append(iface)
         if self.primary is None:
             self.primary = iface

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import grp
 import logging
 import os
@@ -58,20 +59,34 @@ class ControlServer:
         self._members: set[str] = set()
 
     async def start(self) -> None:
-        os.makedirs(os.path.dirname(self.path) or ".", mode=0o755, exist_ok=True)
-        if os.path.exists(self.path):
-            os.unlink(self.path)  # a stale socket; a live daemon was ruled out before
-        old = os.umask(0o177)
-        try:
-            self.server = await asyncio.start_unix_server(self._client, path=self.path, limit=self.max_request)
-        finally:
-            os.umask(old)
         if self.group:
             try:
                 entry = grp.getgrnam(self.group)
             except KeyError:
                 raise ValueError(f"control_group {self.group!r} does not exist") from None
             self._gid, self._members = entry.gr_gid, set(entry.gr_mem)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            if not protocol.is_abstract(self.path):
+                self._bind_file(sock)
+            else:  # no file modes: the credential check (_allowed) is the only guard
+                sock.bind(protocol.sockaddr(self.path))
+            sock.listen(64)
+        except OSError as exc:
+            sock.close()
+            raise OSError(exc.errno, f"cannot listen on the control socket {self.path}: {exc.strerror}") from None
+        self.server = await asyncio.start_unix_server(self._client, sock=sock, limit=self.max_request)
+
+    def _bind_file(self, sock: socket.socket) -> None:
+        os.makedirs(os.path.dirname(self.path) or ".", mode=0o755, exist_ok=True)
+        if os.path.exists(self.path):
+            os.unlink(self.path)  # a stale socket; a live daemon was ruled out before
+        old = os.umask(0o177)
+        try:
+            sock.bind(self.path)
+        finally:
+            os.umask(old)
+        if self._gid is not None:
             os.chown(self.path, -1, self._gid)
             os.chmod(self.path, 0o660)
         else:
@@ -98,10 +113,9 @@ class ControlServer:
         if self.server is not None:
             self.server.close()
             await self.server.wait_closed()
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        if self.server is not None and not protocol.is_abstract(self.path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         logged = False

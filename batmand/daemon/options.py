@@ -47,10 +47,13 @@ class Options:
 
     @property
     def state_directory(self) -> str:
-        """/var/lib/batmand, or next to a relocated control socket (labs run many daemons)."""
+        """/var/lib/batmand, or next to a control socket relocated to a file path. The files
+        in it are named by mesh interface and originator, so nodes never share one."""
         if self.state_dir is not None:
             return self.state_dir
-        return os.path.dirname(self.control_socket) if self.control_socket else "/var/lib/batmand"
+        if self.control_socket and not self.control_socket.startswith("@"):
+            return os.path.dirname(self.control_socket)
+        return "/var/lib/batmand"
 
 
 class OptionsError(ValueError):
@@ -125,7 +128,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-i", "--interface", action="append", default=[], metavar="IFACE",
                    help="hard interface to attach (repeatable; the first is the primary)")
     p.add_argument("--config", metavar="FILE", help="TOML file (default /etc/batmand/<meshif>.toml if present)")
-    p.add_argument("--control-socket", metavar="PATH", help="control socket (default /run/batmand/<meshif>.sock)")
+    p.add_argument("--control-socket", metavar="PATH", help="control socket: a file path, or @NAME for an abstract name "
+                        "(default @batmand/<meshif>, one per network namespace)")
     p.add_argument("--workers", help="data-plane worker processes: a number, or auto (the default: one per CPU); "
                                      "0 runs the data plane inline")
     p.add_argument("--routing-algo", choices=["BATMAN_IV", "BATMAN_V"], help="routing algorithm")

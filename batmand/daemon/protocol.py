@@ -1,6 +1,10 @@
 """The control protocol between batmand and batmanctl.
 
-Transport: a SOCK_STREAM unix socket, by default /run/batmand/<meshif>.sock (mode 0600).
+Transport: a SOCK_STREAM unix socket. By default the abstract socket "@batmand/<meshif>":
+Linux scopes abstract names to the network namespace, so each namespace has its own
+endpoint for its own bat0, as each has its own kernel bat0 (no file, no directory; the
+daemon checks every client's credentials). `--control-socket PATH` puts it at a file path
+instead; a name starting with "@" is abstract wherever an endpoint is given.
 Messages are JSON objects, one per line (UTF-8, "\\n" terminated).
 
 Request:   {"cmd": NAME, "args": {...}}
@@ -55,4 +59,19 @@ def decode(line: bytes) -> dict:
 
 
 def default_socket_path(meshif: str) -> str:
-    return f"/run/batmand/{meshif}.sock"
+    return f"@batmand/{meshif}"
+
+
+def lock_name(meshif: str) -> str:
+    """The one-daemon-per-mesh-interface lock of this network namespace: an abstract name
+    bound (never listened on) by the running daemon; the kernel frees it when it exits."""
+    return f"@batmand/{meshif}.lock"
+
+
+def is_abstract(endpoint: str) -> bool:
+    return endpoint.startswith("@")
+
+
+def sockaddr(endpoint: str) -> str:
+    """The address to bind or connect: "@name" is the abstract name "\\0name"."""
+    return "\0" + endpoint[1:] if is_abstract(endpoint) else endpoint

@@ -8,11 +8,13 @@ data path), ICMP results (to the control socket's ping sessions)."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import logging
 import os
 import random
 import signal
+import socket
 import time
 
 from batmand.core.events import Deliver, ForwardingUpdate, IcmpResult, Transmit
@@ -22,7 +24,7 @@ from batmand.wire import Mac
 from batmand.dataplane.pool import InlineDataPlane, WorkerPool
 
 from .control import ControlServer
-from . import state
+from . import protocol, state
 from .links import link_info, link_speed, set_up, sysfs_int
 from .notify import Notifier
 from .options import Options
@@ -55,11 +57,12 @@ class Service:
         self._icmp: dict[int, tuple[object, asyncio.Event]] = {}
         self._uid = random.randrange(256)
         self._stopped: asyncio.Event | None = None
-        self._lock_fd: int | None = None
+        self._locks: list = []  # held for the daemon's life: the abstract name, a file lock
         self._next_speed_check = 0.0
         self.notifier = Notifier()
         self.wanted: set[str] = set()  # hard interfaces to keep attached (configured or added)
-        self.state_file = state.state_path(options.state_directory, options.meshif) if options.state_directory else ""
+        self._saved: state.Saved | None = None  # seqnos from the state file, applied as interfaces attach
+        self._state_loaded = False
 
     @staticmethod
     def now() -> float:
@@ -69,16 +72,32 @@ class Service:
     # --- life cycle -------------------------------------------------------------------------------
 
     def _take_lock(self) -> None:
-        """One daemon per mesh interface: an flock next to the control socket."""
-        path = self.options.socket_path + ".lock"
+        """One daemon per mesh interface per network namespace, as the kernel has one bat0
+        per namespace: an abstract name (scoped to the namespace, freed when we exit). A
+        control socket at a file path also gets an flock beside it, so that two daemons in
+        different namespaces cannot take over each other's socket file."""
+        lock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            lock.bind(protocol.sockaddr(protocol.lock_name(self.options.meshif)))
+        except OSError as exc:
+            lock.close()
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            raise AlreadyRunning(f"another batmand already runs {self.options.meshif} in this network namespace "
+                                 f"(it holds {protocol.lock_name(self.options.meshif)})") from None
+        self._locks.append(lock)
+        path = self.options.socket_path
+        if protocol.is_abstract(path):
+            return
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise AlreadyRunning(f"another batmand already runs {self.options.meshif} ({path} is locked)") from None
-        self._lock_fd = fd
+            raise AlreadyRunning(f"another batmand already uses the control socket {path} "
+                                 f"({path}.lock is locked)") from None
+        self._locks.append(fd)
 
     async def run(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -95,8 +114,6 @@ class Service:
             for ifname in opts.interfaces:
                 self.wanted.add(ifname)
                 self.add_interface(ifname)
-            if self.state_file and state.restore(self.state_file, self.mesh):
-                log.info("continuing the sequence numbers saved in %s", self.state_file)
             self.softif.up()
             await self.control.start()
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -130,9 +147,39 @@ class Service:
             self.notifier.send(WATCHDOG=1, STATUS=self._status())
             self.dataplane.check()
             self._check_interfaces()
-            if self.state_file and self.now() >= next_save:
-                next_save = self.now() + 1.0  # soon after start, then every SAVE_PERIOD
-                state.save(self.state_file, self.mesh)
+            if self.now() >= next_save:
+                next_save = self.now() + state.SAVE_PERIOD
+                self._save_state()
+
+    # --- seqnos across restarts ---------------------------------------------------------------
+
+    def _state_path(self, originator=None) -> str:
+        """Where this node's seqnos are kept: by mesh interface and originator (the primary's
+        MAC); "" when disabled or before there is an originator."""
+        directory = self.options.state_directory
+        if originator is None and self.mesh is not None and self.mesh.primary is not None:
+            originator = self.mesh.primary.mac
+        if not directory or originator is None:
+            return ""
+        return state.state_path(directory, self.options.meshif, originator)
+
+    def _save_state(self) -> None:
+        path = self._state_path()
+        if path:
+            state.save(path, self.mesh)
+
+    def _saved_seqnos(self, mac: bytes) -> dict:
+        """The seqnos an interface about to be attached continues from. The file is read once
+        the originator is known: the primary, or this interface, which becomes it."""
+        if not self._state_loaded:
+            path = self._state_path(self.mesh.primary.mac if self.mesh.primary else Mac(mac))
+            if path:
+                self._state_loaded = True
+                self._saved = state.load(path)
+                if self._saved is not None:
+                    state.apply_mesh(self._saved, self.mesh)
+                    log.info("continuing the sequence numbers saved in %s", path)
+        return state.take_iface(self._saved, Mac(mac)) if self._saved is not None else {}
 
     def _check_interfaces(self) -> None:
         changed = False
@@ -198,8 +245,8 @@ class Service:
     async def shutdown(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        if self.mesh is not None and self.state_file:
-            state.save(self.state_file, self.mesh)
+        if self.mesh is not None:
+            self._save_state()
         for name in list(self.sockets):
             self._close_socket(name)
         if self.dataplane is not None:
@@ -209,9 +256,12 @@ class Service:
             self.softif.close()
             self.softif = None
         await self.control.close()
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        for lock in self._locks:
+            if isinstance(lock, socket.socket):
+                lock.close()
+            else:
+                os.close(lock)
+        self._locks.clear()
         log.info("%s down", self.options.meshif)
 
     # --- hard interfaces ----------------------------------------------------------------------------
@@ -244,7 +294,8 @@ class Service:
             raise
         self.ifindex[ifname] = info.index
         self.loop.add_reader(sock.fileno(), self._on_hardif, ifname)
-        self._apply(self.mesh.add_interface(self.now(), ifname, Mac(info.mac), info.mtu))
+        seqnos = self._saved_seqnos(info.mac)
+        self._apply(self.mesh.add_interface(self.now(), ifname, Mac(info.mac), info.mtu, **seqnos))
         iface = self.mesh.iface(ifname)
         iface.wifi = is_wireless(ifname)
         self._apply_hardif_settings(iface)

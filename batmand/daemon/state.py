@@ -3,7 +3,12 @@
 Kernel peers drop an originator whose OGM seqno jumps backwards (or far ahead) for up to
 30 s after a restart (reset protection), and broadcasts likewise. Continuing from the last
 saved seqnos, plus a margin for what was sent after the last save, makes a restarted node
-acceptable at once."""
+acceptable at once.
+
+The seqnos belong to the node as its peers know it: the file is named by the mesh interface
+and the originator address (the primary interface's MAC), and per-interface seqnos are kept
+by interface MAC. Two nodes, in two network namespaces say, never share a file, and a node
+whose interfaces got new MACs is a new originator to its peers and starts fresh."""
 
 from __future__ import annotations
 
@@ -11,24 +16,28 @@ import json
 import logging
 import os
 import time
+from dataclasses import dataclass, field
 
 log = logging.getLogger("batmand.state")
 
-SAVE_PERIOD = 10.0  # seconds between saves while running
+SAVE_PERIOD = 10.0  # seconds between saves while running (flash wear on small boards)
 MARGIN = 64  # seqnos added on restore beyond what may have been sent since the save
+MAX_AGE = 3600.0  # older state is not restored (peers forgot us long ago) and is pruned
+SUFFIX = ".state"
 
 
-def state_path(state_dir: str, meshif: str) -> str:
-    return os.path.join(state_dir, f"{meshif}.state")
+def state_path(state_dir: str, meshif: str, originator) -> str:
+    return os.path.join(state_dir, f"{meshif}.{bytes(originator).hex()}{SUFFIX}")
 
 
 def snapshot(mesh) -> dict:
     algo = mesh.algo
     return {
         "saved_at": time.time(),
+        "originator": str(mesh.primary.mac),
         "orig_interval_ms": mesh.config.orig_interval_ms,
-        "ogm_seqno": {i.name: i.ogm_seqno for i in mesh.ifaces},
-        "elp_seqno": {i.name: i.elp_seqno for i in mesh.ifaces},
+        "ogm_seqno": {str(i.mac): i.ogm_seqno for i in mesh.ifaces},
+        "elp_seqno": {str(i.mac): i.elp_seqno for i in mesh.ifaces},
         "ogm2_seqno": getattr(algo, "ogm_seqno", None),
         "bcast_seqno": mesh.broadcast.seqno,
         "frag_seqno": mesh.frag_seqno,
@@ -36,43 +45,119 @@ def snapshot(mesh) -> dict:
 
 
 def save(path: str, mesh) -> None:
+    """Write the state atomically and durably: a power cut leaves the old file or the new
+    one, never a torn or empty one. Also removes this mesh interface's files too old to be
+    restored (other originators' files, left by earlier MACs)."""
+    directory = os.path.dirname(path) or "."
     tmp = path + ".tmp"
     try:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        os.makedirs(directory, exist_ok=True)
         with open(tmp, "w") as f:
             json.dump(snapshot(mesh), f)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
     except OSError as exc:
         log.warning("cannot save seqno state to %s: %s", path, exc.strerror)
+        return
+    _prune(directory, os.path.basename(path))
 
 
-def restore(path: str, mesh) -> bool:
-    """Continue the saved seqnos (if any) on the interfaces that exist now."""
+def _prune(directory: str, keep: str) -> None:
+    meshif = keep.split(".", 1)[0]
+    cutoff = time.time() - MAX_AGE
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        if name != keep and name.startswith(meshif + ".") and name.endswith(SUFFIX):
+            try:
+                if os.stat(os.path.join(directory, name)).st_mtime < cutoff:
+                    os.unlink(os.path.join(directory, name))
+            except OSError:
+                pass
+
+
+@dataclass
+class Saved:
+    """What a state file says, validated field by field: a field of the wrong type is
+    skipped (with a warning), never the cause of a failed start."""
+
+    ahead: int  # seqnos to skip: the margin plus what may have been sent since the save
+    iface_ogm: dict = field(default_factory=dict)  # interface MAC -> next OGM seqno
+    iface_elp: dict = field(default_factory=dict)
+    ogm2: int | None = None
+    bcast: int | None = None
+    frag: int | None = None
+
+
+def _seqno(value, bits: int = 32) -> int | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << bits
+    return value if ok else None
+
+
+def _per_iface(value, name: str, path: str) -> dict:
+    if not isinstance(value, dict):
+        if value is not None:
+            log.warning("%s: %s is not a table; ignored", path, name)
+        return {}
+    return {str(mac).lower(): seqno for mac, seqno in value.items() if _seqno(seqno) is not None}
+
+
+def load(path: str) -> Saved | None:
+    """The saved state, or None when there is none, it is unreadable, or too old."""
     try:
         with open(path) as f:
             state = json.load(f)
-        elapsed = max(0.0, time.time() - float(state["saved_at"]))
-        interval = max(int(state.get("orig_interval_ms") or 1000), 1) / 1000.0
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    ahead = MARGIN + int(min(elapsed, SAVE_PERIOD) / interval) + 1
-    if elapsed > 3600:
-        return False  # peers forgot us long ago; a fresh random start is as good
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log.warning("cannot read seqno state %s (%s); starting fresh", path, exc)
+        return None
+    if not isinstance(state, dict):
+        log.warning("%s is not a state file; starting fresh", path)
+        return None
+    saved_at, interval = state.get("saved_at"), state.get("orig_interval_ms")
+    if not isinstance(saved_at, (int, float)) or isinstance(saved_at, bool):
+        log.warning("%s: no valid saved_at; starting fresh", path)
+        return None
+    elapsed = max(0.0, time.time() - saved_at)
+    if elapsed > MAX_AGE:
+        return None
+    if not isinstance(interval, int) or isinstance(interval, bool) or interval <= 0:
+        interval = 1000
+    ahead = MARGIN + int(min(elapsed, SAVE_PERIOD) / (interval / 1000.0)) + 1
+    saved = Saved(ahead, _per_iface(state.get("ogm_seqno"), "ogm_seqno", path),
+                  _per_iface(state.get("elp_seqno"), "elp_seqno", path),
+                  _seqno(state.get("ogm2_seqno")), _seqno(state.get("bcast_seqno")), _seqno(state.get("frag_seqno"), 16))
+    return saved
 
-    def bump(value, step=ahead):
-        return None if not isinstance(value, int) else (value + step) & 0xFFFFFFFF
 
-    for iface in mesh.ifaces:
-        seqno = bump(state.get("ogm_seqno", {}).get(iface.name))
-        if seqno is not None:
-            iface.ogm_seqno = seqno
-        seqno = bump(state.get("elp_seqno", {}).get(iface.name), ahead * 2)
-        if seqno is not None:
-            iface.elp_seqno = seqno
-    if hasattr(mesh.algo, "ogm_seqno") and isinstance(state.get("ogm2_seqno"), int):
-        mesh.algo.ogm_seqno = bump(state["ogm2_seqno"])
-    if isinstance(state.get("bcast_seqno"), int):
-        mesh.broadcast.seqno = bump(state["bcast_seqno"], MARGIN + 1000)
-    if isinstance(state.get("frag_seqno"), int):
-        mesh.frag_seqno = (state["frag_seqno"] + 100) & 0xFFFF
-    return True
+def apply_mesh(saved: Saved, mesh) -> None:
+    """Continue the mesh-wide seqnos (OGMv2, broadcast, fragments)."""
+    if saved.ogm2 is not None and hasattr(mesh.algo, "ogm_seqno"):
+        mesh.algo.ogm_seqno = (saved.ogm2 + saved.ahead) & 0xFFFFFFFF
+    if saved.bcast is not None:
+        mesh.broadcast.seqno = (saved.bcast + MARGIN + 1000) & 0xFFFFFFFF
+    if saved.frag is not None:
+        mesh.frag_seqno = (saved.frag + 100) & 0xFFFF
+
+
+def take_iface(saved: Saved, mac) -> dict:
+    """The seqnos an interface with this MAC continues from ({} when none were saved), as
+    Mesh.add_interface takes them. Once only: an interface attached again later has
+    counted on since, and must not step back."""
+    key = str(mac).lower()
+    ogm, elp = saved.iface_ogm.pop(key, None), saved.iface_elp.pop(key, None)
+    seqnos = {}
+    if ogm is not None:
+        seqnos["ogm_seqno"] = (ogm + saved.ahead) & 0xFFFFFFFF
+    if elp is not None:
+        seqnos["elp_seqno"] = (elp + 2 * saved.ahead) & 0xFFFFFFFF
+    return seqnos

@@ -5,8 +5,11 @@ Names (prefix P, node N, peer M, client C):
 - in N, the veth toward M:               e-M   (e-M-2, e-M-3 for further parallel links)
 - in N, the bridge (only with clients):  br0, with ports c-C (toward client C) and bat0
 - in C, the veth toward its node:        eth0
-- daemon files:                          <lab_root>/P/N.toml (config), N.log (stdout+stderr),
-                                         <run_root>/P/N/bat0.sock (control socket)
+- daemon files:                          <lab_root>/P/N.toml (config), N.log (stdout+stderr);
+                                         the control socket and seqno state are batmand's
+                                         defaults (@batmand/bat0 in the node's namespace,
+                                         /var/lib/batmand/bat0.<originator>.state), so the
+                                         lab runs batmand as a user would
 - kernel node N (a VM, kernel_node.py):  in P-N, per link i the TAP kt<i> and the bridge kb<i>
                                          (ports kt<i> and the link's veth); <lab_root>/P/N.log
                                          (QEMU), N.console.log (guest console), <run_root>/P/N/
@@ -32,6 +35,8 @@ import sys
 import time
 from pathlib import Path
 
+from batmand.daemon import protocol, state
+
 from . import kernel_node as kn
 from . import net
 from .topology import (
@@ -42,7 +47,7 @@ DEFAULT_LAB_ROOT = Path(os.environ.get("BATMAND_LAB_DIR", "/tmp/batmand-lab"))
 DEFAULT_RUN_ROOT = Path(os.environ.get("BATMAND_LAB_RUN_DIR", "/run/batmand-lab"))
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_]{1,40}$")
 STATE_FILE = "state.json"
-SUN_PATH_MAX = 107
+DEFAULT_STATE_DIR = "/var/lib/batmand"  # batmand's default state directory
 
 
 class LabError(RuntimeError):
@@ -145,7 +150,21 @@ class Lab:
         return [self.ns(n) for n in [*self.topology.nodes, *self.topology.clients]]
 
     def control_socket(self, node: str) -> str:
-        return str(self.run_dir / node / f"{self.topology.meshif}.sock")
+        """The node's control endpoint: batmand's default, an abstract name of the node's
+        own network namespace (the same name in every node)."""
+        self.ns(node)
+        return protocol.default_socket_path(self.topology.meshif)
+
+    def state_path(self, node: str) -> Path:
+        """Where a node's daemon keeps its seqnos (batmand's default, by originator)."""
+        return Path(state.state_path(DEFAULT_STATE_DIR, self.topology.meshif, bytes.fromhex(
+            self.originator(node).replace(":", ""))))
+
+    def control_ready(self, node: str) -> bool:
+        """The node's daemon listens on its control endpoint (read from its namespace's
+        /proc/net/unix, which lists that namespace's sockets)."""
+        pid = self.pids.get(node)
+        return pid is not None and net.unix_listening(pid, self.control_socket(node))
 
     def config_path(self, node: str) -> Path:
         return self.lab_dir / f"{node}.toml"
@@ -172,9 +191,6 @@ class Lab:
         if leftovers:
             raise LabError(f"lab {self.prefix} already exists ({', '.join(leftovers)}); "
                            f"remove it with `python -m batmand.lab down --prefix {self.prefix}`")
-        for node in self.nodes:
-            if len(self.control_socket(node)) > SUN_PATH_MAX:
-                raise LabError(f"control socket path too long for a unix socket: {self.control_socket(node)}")
         shutil.rmtree(self.lab_dir, ignore_errors=True)
         shutil.rmtree(self.run_dir, ignore_errors=True)
         self.lab_dir.mkdir(parents=True)
@@ -299,10 +315,12 @@ class Lab:
         argv = [*self.daemon_argv, "-m", self.topology.meshif]
         for ifname in self.topology.hard_interfaces(node):
             argv += ["-i", ifname]
-        return argv + ["--config", str(self.config_path(node)), "--control-socket", self.control_socket(node)]
+        return argv + ["--config", str(self.config_path(node))]
 
     def batmanctl_command(self, node: str, *args: str) -> list[str]:
-        return [*self.batmanctl_argv, "--socket", self.control_socket(node), *args]
+        """batmanctl as run inside the node's namespace (it finds that namespace's daemon)."""
+        self.ns(node)
+        return [*self.batmanctl_argv, *args]
 
     def kernel_config(self, node: str) -> kn.KernelNodeConfig:
         """What a kernel node's VM is started with (NICs, MACs, addresses, settings)."""
@@ -365,9 +383,6 @@ class Lab:
         for node in nodes:
             if node in kernel:
                 continue
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.control_socket(node))
-            Path(self.control_socket(node)).parent.mkdir(parents=True, exist_ok=True)
             with open(self.log_path(node), "ab") as log:
                 log.write(f"--- lab: {' '.join(self.daemon_command(node))}\n".encode())
                 log.flush()
@@ -392,17 +407,17 @@ class Lab:
                 # to fail too (daemons started together often fail together)
                 settle = time.monotonic() + 0.5
                 while time.monotonic() < settle and any(
-                        self.daemon_running(n) and not os.path.exists(self.control_socket(n)) for n in pending):
+                        self.daemon_running(n) and not self.control_ready(n) for n in pending):
                     time.sleep(0.02)
                 node = next(n for n in pending if not self.daemon_running(n))
                 raise LabError(f"{node}: batmand exited{self._exit_status(node)}; "
                                f"log {self.log_path(node)}:\n{_tail(self.log_path(node))}")
             for node in list(pending):
-                if os.path.exists(self.control_socket(node)):
+                if self.control_ready(node):
                     pending.remove(node)
             if pending and time.monotonic() > deadline:
                 node = pending[0]
-                raise LabError(f"{node}: batmand made no control socket {self.control_socket(node)} "
+                raise LabError(f"{node}: batmand does not listen on {self.control_socket(node)} "
                                f"within {timeout:g}s; log {self.log_path(node)}:\n{_tail(self.log_path(node))}")
             if pending:
                 time.sleep(0.05)

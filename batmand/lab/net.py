@@ -144,6 +144,22 @@ def in_namespace(ns: str, argv: list[str]) -> list[str]:
     return ["ip", "netns", "exec", ns, *argv]
 
 
+def unix_listening(pid: int, endpoint: str) -> bool:
+    """A unix socket named `endpoint` ("@name" for an abstract one, else a path) listens in
+    the network namespace of process `pid` (its /proc/PID/net/unix lists that namespace's
+    sockets; a listening one has __SO_ACCEPTCON, flag 0x10000)."""
+    try:
+        with open(f"/proc/{pid}/net/unix") as f:
+            lines = f.readlines()[1:]
+    except OSError:
+        return False
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 8 and fields[7] == endpoint and int(fields[3], 16) & 0x10000:
+            return True
+    return False
+
+
 # --- links ----------------------------------------------------------------------------
 
 

@@ -402,7 +402,7 @@ def test_socket_from_environment(daemon, sockdir, capsys, monkeypatch):
     rc, out, _ = run(capsys, "--socket", os.path.join(sockdir, "x.sock"), "if")  # --socket wins
     assert rc == 1
     monkeypatch.delenv("BATMAND_SOCKET")
-    assert commands.socket_path("bat3") == protocol.default_socket_path("bat3") == "/run/batmand/bat3.sock"
+    assert commands.socket_path("bat3") == protocol.default_socket_path("bat3") == "@batmand/bat3"
 
 
 def test_daemon_error(daemon, capsys):

@@ -55,7 +55,7 @@ def test_kill_middle_node_reroute_and_rejoin():
         # restarted originator whose seqno jumped, until 30 s after its previous reset
         os.kill(_daemon_pid(lab, "n2"), signal.SIGKILL)
         wait_for(lambda: not lab.daemon_running("n2"), timeout=10)
-        Path(lab.control_socket("n2")).with_name("bat0.state").unlink()
+        lab.state_path("n2").unlink()
         lab.start_daemons(["n2"])
         t2 = time.monotonic()
         wait_for(lambda: _heard_lately(lab, "n3", n2), timeout=60)

@@ -7,7 +7,7 @@ def test_defaults_are_the_kernels(tmp_path):
     opts = load(["-i", "eth0", "--config", str(_write(tmp_path, ""))])
     assert opts.meshif == "bat0" and opts.interfaces == ["eth0"]
     assert (opts.mesh.orig_interval_ms, opts.mesh.hop_penalty, opts.mesh.aggregation) == (1000, 30, True)
-    assert opts.socket_path == "/run/batmand/bat0.sock"
+    assert opts.socket_path == "@batmand/bat0" and opts.state_directory == "/var/lib/batmand"
 
 
 def _write(tmp_path, text):

@@ -175,14 +175,16 @@ def test_seqnos_survive_a_restart(netns_with_veths, tmp_path):
         time.sleep(1)
     finally:
         _stop(proc)
-    saved = json.loads((tmp_path / "bat0.state").read_text())
+    e0 = json.loads(ip("-j", "link", "show", "e0", netns=ns))[0]["address"]
+    path = tmp_path / f"bat0.{e0.replace(':', '')}.state"  # named by the originator
+    saved = json.loads(path.read_text())
     proc = _spawn(ns, args)
     try:
         wait_for(lambda: _ctl(ns, sock, "if").returncode == 0, timeout=15)
     finally:
         output = _stop(proc)
     assert "continuing the sequence numbers saved" in output
-    again = json.loads((tmp_path / "bat0.state").read_text())
+    again = json.loads(path.read_text())
     # continued forward (a little ahead), not a random new start
-    assert 0 < (again["ogm_seqno"]["e0"] - saved["ogm_seqno"]["e0"]) % 2**32 < 1000
+    assert 0 < (again["ogm_seqno"][e0] - saved["ogm_seqno"][e0]) % 2**32 < 1000
     assert 0 < (again["bcast_seqno"] - saved["bcast_seqno"]) % 2**32 < 5000

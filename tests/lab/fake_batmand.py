@@ -15,7 +15,7 @@ p = argparse.ArgumentParser()
 p.add_argument("-m", "--meshif", default="bat0")
 p.add_argument("-i", "--interface", action="append", default=[])
 p.add_argument("--config")
-p.add_argument("--control-socket")
+p.add_argument("--control-socket", default="@batmand/bat0")  # batmand's default: abstract
 p.add_argument("--ignore-term", action="store_true")
 p.add_argument("--fail", action="store_true")
 args = p.parse_args()
@@ -31,13 +31,15 @@ with open(args.config) as f:
     print("config:", f.read().strip().replace("\n", "; "), flush=True)
 tap = pytun.TunTapDevice(name=args.meshif, flags=pytun.IFF_TAP | pytun.IFF_NO_PI)
 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-sock.bind(args.control_socket)
+abstract = args.control_socket.startswith("@")
+sock.bind("\0" + args.control_socket[1:] if abstract else args.control_socket)
 sock.listen()
 
 
 def stop(*_):
     tap.close()  # the TAP is not persistent: it goes with its last fd
-    os.unlink(args.control_socket)
+    if not abstract:
+        os.unlink(args.control_socket)
     print("fake batmand: stopped", flush=True)
     sys.exit(0)
 

@@ -1,50 +1,300 @@
-"""Settings of one mesh interface. Defaults equal the kernel's (research notes §4);
-the limits are ours: the kernel has none for most tables a peer can fill."""
+"""Settings of one mesh interface and of its hard interfaces, and the schema they are
+checked against.
+
+Every field is declared with `setting(default, allowed, ...)`: the default is the kernel's
+(research notes §4); `allowed` is the kernel's range where it has one (sysfs and netlink),
+else ours; `live` settings take effect while running (SIGHUP, the control socket), the
+others after a restart. The limits are ours: the kernel has none for most tables a peer
+can fill. batmand.daemon.options adds the daemon's own keys and is the one registry that
+the TOML loader, `--set`, the control socket, batmanctl and the sample config use."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+import math
+import re
+from dataclasses import dataclass, field
+
+INT_MAX = 2**31 - 1  # the kernel caps its millisecond intervals here
+U32_MAX = 2**32 - 1
+JITTER_MS = 20  # BATADV_JITTER
+LOG_LEVELS = ("batman", "routes", "tt", "bla", "dat", "mcast", "tp")  # batctl's order
+
+
+class SettingError(ValueError):
+    """A refused value; the message names the key and what it allows."""
+
+
+# --- what a setting allows ------------------------------------------------------------------
+# parse() turns a TOML value, a command-line word or a JSON value into the setting's value,
+# or raises ValueError with a message that the caller prefixes with the key.
+
+
+@dataclass(frozen=True)
+class Range:
+    lo: int | float
+    hi: int | float
+    unit: str = ""
+    real: bool = False  # a float (seconds), not an integer
+
+    def parse(self, raw):
+        if self.real:
+            value = _real(raw)
+        else:
+            if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+                raise ValueError(f"expected an integer, got {raw!r}")
+            try:
+                value = int(raw)
+            except ValueError:
+                raise ValueError(f"expected an integer, got {raw!r}") from None
+        if not self.lo <= value <= self.hi:
+            raise ValueError(f"{_number(value)} is out of range ({self.describe()})")
+        return value
+
+    def describe(self) -> str:
+        text = f"{_number(self.lo)}..{_number(self.hi)}"
+        return f"{text} {self.unit}" if self.unit else text
+
+
+def _number(value) -> str:
+    return str(int(value)) if float(value).is_integer() and abs(value) < 2**63 else f"{value:g}"
+
+
+def _real(raw) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+        raise ValueError(f"expected a number, got {raw!r}")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"expected a number, got {raw!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"expected a finite number, got {raw!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Throughput(Range):
+    """kbit/s, written as batctl does: a number (kbit), or with kbit/mbit/gbit. The kernel
+    keeps it as a u32 in 100 kbit/s units."""
+
+    lo: int = 0
+    hi: int = U32_MAX * 100
+    unit: str = "kbit/s"
+
+    def parse(self, raw):
+        if isinstance(raw, bool):
+            raise ValueError(f"expected a throughput, got {raw!r}")
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(kbit|mbit|gbit)?\s*", str(raw).lower())
+        if not match:
+            raise ValueError(f"expected a throughput (e.g. 500kbit, 100mbit, 1gbit), got {raw!r}")
+        factor = {"kbit": 1, "mbit": 1000, "gbit": 1_000_000, None: 1}[match[2]]
+        return super().parse(int(float(match[1]) * factor))
+
+    def describe(self) -> str:
+        return f"{super().describe()}, e.g. 100mbit; 0 estimates"
+
+
+@dataclass(frozen=True)
+class Flag:
+    def parse(self, raw) -> bool:
+        if isinstance(raw, bool):
+            return raw
+        word = str(raw).strip().lower()
+        if word in ("1", "true", "yes", "on", "enable", "enabled"):
+            return True
+        if word in ("0", "false", "no", "off", "disable", "disabled"):
+            return False
+        raise ValueError(f"expected a boolean ({self.describe()}), got {raw!r}")
+
+    def describe(self) -> str:
+        return "true or false"
+
+
+@dataclass(frozen=True)
+class Choice:
+    values: tuple[str, ...]
+
+    def parse(self, raw) -> str:
+        if not isinstance(raw, str) or raw not in self.values:
+            raise ValueError(f"{raw!r} is not allowed ({self.describe()})")
+        return raw
+
+    def describe(self) -> str:
+        return "one of " + ", ".join(self.values)
+
+
+@dataclass(frozen=True)
+class Levels:
+    """batctl loglevel words: "none", "all", or some of `names` (kept in their order)."""
+
+    names: tuple[str, ...]
+
+    def parse(self, raw) -> str:
+        words = str(raw).split() if isinstance(raw, str) else None
+        if not words or any(w not in ("none", "all", *self.names) for w in words):
+            raise ValueError(f"{raw!r} is not allowed ({self.describe()})")
+        if "all" in words:
+            return "all"
+        chosen = [n for n in self.names if n in words]
+        return " ".join(chosen) or "none"
+
+    def describe(self) -> str:
+        return "none, all, or any of " + " ".join(self.names)
+
+
+@dataclass(frozen=True)
+class Text:
+    """A string that matches `pattern` (whole); `optional`: also unset (None)."""
+
+    pattern: str
+    description: str
+    optional: bool = False
+    max_bytes: int | None = None
+
+    def parse(self, raw):
+        if raw is None and self.optional:
+            return None
+        if not isinstance(raw, str) or not re.fullmatch(self.pattern, raw) or \
+                (self.max_bytes is not None and len(raw.encode()) > self.max_bytes):
+            raise ValueError(f"{raw!r} is not allowed ({self.describe()})")
+        return raw
+
+    def describe(self) -> str:
+        return self.description
+
+
+@dataclass(frozen=True)
+class ListOf:
+    item: Text
+
+    def parse(self, raw) -> list:
+        items = raw if isinstance(raw, list) else [x for x in str(raw).split(",") if x]
+        return [self.item.parse(x.strip() if isinstance(x, str) else x) for x in items]
+
+    def describe(self) -> str:
+        return f"a list, each {self.item.describe()}"
+
+
+# the kernel's dev_valid_name: 1..15 bytes, not "." or "..", no "/", ":" or white space
+IFNAME = Text(r"(?!\.\.?$)[^/:\s]{1,15}", "an interface name (1..15 characters, no '/', ':' or spaces)")
+FLAG = Flag()
+
+
+# --- the schema entries ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spec:
+    allowed: Range | Flag | Choice | Levels | Text | ListOf
+    live: bool = True  # False: read at start only; a change takes effect after a restart
+    help: str = ""
+    batctl: tuple[str, str] | None = None  # batctl's command and abbreviation (batmanctl has them)
+    example: str | None = None  # the sample config's value, when the default cannot be written in TOML
+    section: str | None = None  # the sample config starts a paragraph with this line
+
+
+def setting(default=None, allowed=None, *, factory=None, live: bool = True, help: str = "",
+            batctl: tuple[str, str] | None = None, example: str | None = None, section: str | None = None):
+    """A dataclass field that is a setting (see Spec)."""
+    metadata = {"setting": Spec(allowed, live, help, batctl, example, section)}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One key of the schema: where it lives (scope) and what it allows."""
+
+    name: str
+    scope: str  # "mesh" (MeshConfig), "hardif" (HardifConfig), "daemon" (Options)
+    default: object
+    spec: Spec
+
+    @property
+    def allowed(self):
+        return self.spec.allowed
+
+    @property
+    def live(self) -> bool:
+        return self.spec.live
+
+    def parse(self, raw, label: str | None = None):
+        """The value, or SettingError naming the key (or `label`) and what is allowed."""
+        try:
+            return self.spec.allowed.parse(raw)
+        except ValueError as exc:
+            raise SettingError(f"{label or self.name}: {exc}") from None
+
+
+def settings_of(cls, scope: str) -> dict[str, Setting]:
+    """The settings declared in a dataclass, in declaration order."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        spec = f.metadata.get("setting")
+        if spec is None:
+            continue
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        out[f.name] = Setting(f.name, scope, default, spec)
+    return out
+
+
+# --- one mesh interface ---------------------------------------------------------------------
+
+_MS = "ms"
 
 
 @dataclass
 class MeshConfig:
-    routing_algo: str = "BATMAN_IV"
-    orig_interval_ms: int = 1000  # batctl it
-    hop_penalty: int = 30  # batctl hp (mesh wide)
-    aggregation: bool = True  # batctl ag
-    ap_isolation: bool = False  # batctl ap
-    bonding: bool = False
-    fragmentation: bool = True
-    distributed_arp_table: bool = True
-    multicast_mode: bool = True
-    bridge_loop_avoidance: bool = False
-    loglevel: str = "none"
-    mtu: int = 1500  # soft interface MTU
+    routing_algo: str = setting("BATMAN_IV", Choice(("BATMAN_IV", "BATMAN_V")), live=False,
+                                help="routing algorithm (batctl ra)")
+    orig_interval_ms: int = setting(1000, Range(2 * JITTER_MS, INT_MAX, _MS), batctl=("orig_interval", "it"),
+                                    help="OGM interval (batctl it); at least twice jitter_ms")
+    hop_penalty: int = setting(30, Range(0, 255), batctl=("hop_penalty", "hp"),
+                               help="penalty of every hop, mesh wide (batctl hp)")
+    aggregation: bool = setting(True, FLAG, batctl=("aggregation", "ag"), help="OGM aggregation (batctl ag)")
+    ap_isolation: bool = setting(False, FLAG, batctl=("ap_isolation", "ap"), help="AP isolation (batctl ap)")
+    bonding: bool = setting(False, FLAG, help="bonding (batctl b)")
+    fragmentation: bool = setting(True, FLAG, help="fragmentation (batctl f)")
+    distributed_arp_table: bool = setting(True, FLAG, help="distributed ARP table (batctl dat)")
+    multicast_mode: bool = setting(True, FLAG, help="multicast optimisations (batctl mm)")
+    bridge_loop_avoidance: bool = setting(False, FLAG, help="bridge loop avoidance (batctl bl)")
+    loglevel: str = setting("none", Levels(LOG_LEVELS), batctl=("loglevel", "ll"), help="debug log (batctl ll)")
+    # ETH_MIN_MTU..ETH_DATA_LEN: the kernel's range before jumbo frames, which our rings assume
+    mtu: int = setting(1500, Range(68, 1500), live=False, help="soft interface MTU")
 
-    # timeouts (kernel: main.h)
-    jitter_ms: int = 20
-    purge_timeout_ms: int = 200_000  # neighbour; originators time out after twice this
-    tt_local_timeout_ms: int = 600_000
-    tt_roam_timeout_ms: int = 600_000
-    tt_temp_timeout_ms: int = 600_000
-    tt_request_timeout_ms: int = 3_000
-    tt_work_period_ms: int = 5_000
-    orig_work_period_ms: int = 1_000
-    reset_protection_ms: int = 30_000
-    frag_timeout_ms: int = 10_000
+    # timeouts (kernel: main.h constants; the ranges are ours)
+    # forwarded OGMs wait up to jitter/2 ms (prandom_u32_max(BATADV_JITTER / 2)): at least 1 ms;
+    # at most half the default elp_interval, which every interval must keep (check_rules)
+    jitter_ms: int = setting(JITTER_MS, Range(2, 250, _MS), help="OGM and ELP send-time jitter")
+    purge_timeout_ms: int = setting(200_000, Range(1_000, INT_MAX, _MS),
+                                    help="neighbours time out after this, originators after twice this")
+    tt_local_timeout_ms: int = setting(600_000, Range(1_000, INT_MAX, _MS), help="local clients not seen for this")
+    tt_roam_timeout_ms: int = setting(600_000, Range(1_000, INT_MAX, _MS), help="roaming clients")
+    tt_temp_timeout_ms: int = setting(600_000, Range(1_000, INT_MAX, _MS), help="temporary clients (from broadcasts)")
+    tt_request_timeout_ms: int = setting(3_000, Range(100, INT_MAX, _MS), help="a TT request unanswered for this is resent")
+    # work periods: zero would spin the timer
+    tt_work_period_ms: int = setting(5_000, Range(100, INT_MAX, _MS), help="TT purge period")
+    orig_work_period_ms: int = setting(1_000, Range(100, INT_MAX, _MS), help="originator purge period")
+    reset_protection_ms: int = setting(30_000, Range(0, INT_MAX, _MS), help="seqno reset protection window")
+    frag_timeout_ms: int = setting(10_000, Range(100, INT_MAX, _MS), help="incomplete fragment chains are dropped after this")
 
-    # limits on what peers can make us store (ours; counted when they bite)
-    max_originators: int = 5_000
-    max_neighbours_per_originator: int = 64
-    max_hardif_neighbours: int = 1_000
-    max_global_tt_entries: int = 100_000
-    max_global_tt_entries_per_originator: int = 2_000
-    max_pending_tt_requests: int = 1_000
-    max_forward_queue: int = 256  # BATADV_BATMAN_QUEUE_LEN: forwarded OGMs waiting to go out
-    max_bcast_queue: int = 256  # BATADV_BCAST_QUEUE_LEN
-    max_local_tt_entries: int = 1_600  # a full-table response must fit packet_size_max
-    icmp_replies_per_second: int = 1_000
-    max_fragment_bytes: int = 2 * 1024 * 1024  # all incomplete fragment chains together
+    # limits on what peers can make us store (ours; counted when they bite). At least one
+    # entry: a table of none would lock the mesh out for good.
+    max_originators: int = setting(5_000, Range(1, 1_000_000))
+    max_neighbours_per_originator: int = setting(64, Range(1, 10_000))
+    max_hardif_neighbours: int = setting(1_000, Range(1, 100_000))
+    max_global_tt_entries: int = setting(100_000, Range(1, 10_000_000))
+    max_global_tt_entries_per_originator: int = setting(2_000, Range(1, 1_000_000))
+    max_pending_tt_requests: int = setting(1_000, Range(1, 100_000))
+    max_forward_queue: int = setting(256, Range(1, 65_536),
+                                     help="forwarded OGMs waiting to go out (BATADV_BATMAN_QUEUE_LEN)")
+    max_bcast_queue: int = setting(256, Range(1, 65_536), help="broadcasts waiting to go out (BATADV_BCAST_QUEUE_LEN)")
+    max_local_tt_entries: int = setting(1_600, Range(1, 1_600), help="a full-table response must fit packet_size_max")
+    icmp_replies_per_second: int = setting(1_000, Range(0, 1_000_000), help="0: never answer")
+    # at least one complete packet of the largest size (16 fragments of 1280 bytes)
+    max_fragment_bytes: int = setting(2 * 1024 * 1024, Range(64 * 1024, 1024**3, "bytes"),
+                                      help="all incomplete fragment chains together")
 
     @property
     def orig_interval(self) -> float:
@@ -53,3 +303,38 @@ class MeshConfig:
     @property
     def purge_timeout(self) -> float:
         return self.purge_timeout_ms / 1000.0
+
+
+@dataclass
+class HardifConfig:
+    """Settings of one hard interface (batctl hardif IFACE ...; [hardif.IFACE] in the file)."""
+
+    elp_interval: int = setting(500, Range(2 * JITTER_MS, INT_MAX, _MS), batctl=("elp_interval", "et"),
+                                help="ELP interval (B.A.T.M.A.N. V); at least twice jitter_ms")
+    throughput_override: int = setting(0, Throughput(), batctl=("throughput_override", "to"),
+                                       help="link throughput for B.A.T.M.A.N. V; 0 estimates it")
+    hop_penalty: int = setting(0, Range(0, 255), batctl=("hop_penalty", "hp"), help="penalty for this interface")
+
+
+MESH_SETTINGS = settings_of(MeshConfig, "mesh")
+HARDIF_SETTINGS = settings_of(HardifConfig, "hardif")
+
+
+def check_rules(mesh: MeshConfig, elp_intervals: dict[str, int], changed: str | None = None) -> None:
+    """The rules between keys; SettingError names the key that breaks one (`changed`, when a
+    single key is being set). Own OGMs and ELPs go out every interval +- jitter: the kernel
+    keeps every interval at least twice its jitter (orig_interval and elp_interval >= 2 *
+    BATADV_JITTER), so that a send time never lies before the previous one.
+    `elp_intervals`: label -> value, for every hard interface (configured or running)."""
+    jitter = mesh.jitter_ms
+    intervals = {"orig_interval_ms": mesh.orig_interval_ms, **elp_intervals}
+    if changed == "jitter_ms":
+        label, smallest = min(intervals.items(), key=lambda item: item[1])
+        if smallest < 2 * jitter:
+            raise SettingError(f"jitter_ms: {jitter} is out of range (2..{smallest // 2} ms: {label} is "
+                               f"{smallest}, and intervals must be at least twice the jitter)")
+        return
+    for label, value in intervals.items():
+        if value < 2 * jitter:
+            raise SettingError(f"{label}: {value} is out of range ({2 * jitter}..{INT_MAX} ms: at least twice "
+                               f"jitter_ms = {jitter})")

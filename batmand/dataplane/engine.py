@@ -23,7 +23,7 @@ from batmand.core.forwarding import ForwardingTable
 from batmand.wire.fastpath import UNICAST_PREFIX_LEN, unicast_prefix
 
 from . import offload
-from .rings import TP_STATUS_CSUM_VALID, TP_STATUS_CSUMNOTREADY, RxRing, TxRing
+from .rings import TP_STATUS_CSUM_VALID, TP_STATUS_CSUMNOTREADY, RxRing, TxRing, error_name
 
 BATCH = 64  # frames per wake-up before the engine looks at its control messages again
 DECISION_CACHE = 4096  # cached forwarding decisions per hard interface
@@ -191,8 +191,19 @@ class Engine:
             self._from_host_gso(view[VNET:n], gso_type, gso_size, csum_start, touched)
         self.counters["tx"] += sent
         self.counters["tx_bytes"] += sent_bytes
-        for port in touched:
-            port.tx.flush()
+        self._flush(touched)
+
+    def _flush(self, ports) -> None:
+        """Send what the transmit rings of these ports queued; count failed sends."""
+        counters = self.counters
+        for port in ports:
+            tx = port.tx
+            tx.flush()
+            if tx.errors:
+                for name, n in tx.errors.items():
+                    key = "tx_ring_error_" + name
+                    counters[key] = counters.get(key, 0) + n
+                tx.errors.clear()
 
     def _from_host_gso(self, frame, gso_type: int, gso_size: int, csum_start: int, touched: set) -> None:
         """A TSO super-frame: cut it into MTU segments. When the table knows the route
@@ -386,9 +397,18 @@ class Engine:
         counters["forward_bytes"] += forwarded_bytes
         if coalesce:
             self._flush_gro()
-        for out in touched:
-            out.tx.flush()
+        self._flush(touched)
         ring.release()
+
+    def port_error(self, port: Port) -> bool:
+        """Read, clear and count the receive socket's pending error: ENETDOWN when the
+        interface went down, which poll reports (POLLERR) until it is read. The ring
+        stays; the kernel attaches it again when the interface comes back up."""
+        error = port.rx.take_error()
+        if error:
+            key = "rx_ring_error_" + error_name(error)
+            self.counters[key] = self.counters.get(key, 0) + 1
+        return bool(error)
 
     def _flush_gro(self) -> None:
         coalescer, counters, tap = self.coalescer, self.counters, self.tap_fd

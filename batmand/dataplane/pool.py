@@ -55,7 +55,20 @@ class InlineDataPlane:
         tx = TxRing(name, mtu=max(mtu, 1560), vnet_hdr=self.settings["csum_offload"])
         port = Port(name, mac, mtu, rx, tx)
         self.engine.add_port(port)
-        self.loop.add_reader(rx.fileno(), self.engine.on_port, port)
+        self.loop.add_reader(rx.fileno(), self._on_port, port)
+
+    def _on_port(self, port: Port) -> None:
+        self.engine.on_port(port)
+        if self.engine.port_error(port):
+            # The socket reported an error (its interface went down): uvloop, like libuv,
+            # stops watching a descriptor whose poll returned POLLERR after this last
+            # call, so the ring is watched again once the loop has dropped it.
+            self.loop.call_soon(self._watch_again, port)
+
+    def _watch_again(self, port: Port) -> None:
+        if self.engine.ports.get(port.name) is port:
+            self.loop.remove_reader(port.rx.fileno())
+            self.loop.add_reader(port.rx.fileno(), self._on_port, port)
 
     def remove_port(self, name: str) -> None:
         port = self.engine.remove_port(name)

@@ -9,6 +9,8 @@ the kernel's batman-adv does: traffic shaping configured by the user applies to 
 
 from __future__ import annotations
 
+import collections
+import errno
 import mmap
 import socket
 import struct
@@ -20,6 +22,7 @@ PACKET_RX_RING = 5
 PACKET_STATISTICS = 6
 PACKET_VERSION = 10
 PACKET_TX_RING = 13
+PACKET_LOSS = 14
 PACKET_VNET_HDR = 15
 PACKET_FANOUT = 18
 PACKET_IGNORE_OUTGOING = 23
@@ -51,6 +54,19 @@ def frame_size_for(mtu: int) -> int:
     while size < need:
         size *= 2
     return size
+
+
+def error_name(code: int) -> str:
+    """An errno as a counter suffix: ENETDOWN -> "enetdown"."""
+    return errno.errorcode.get(code, str(code)).lower()
+
+
+def take_error(sock: socket.socket) -> int:
+    """SO_ERROR: the socket's pending error, cleared by reading it (0: none)."""
+    try:
+        return sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    except OSError:
+        return 0
 
 
 def statistics(sock: socket.socket) -> tuple[int, int]:
@@ -133,6 +149,13 @@ class RxRing:
     def fileno(self) -> int:
         return self.sock.fileno()
 
+    def take_error(self) -> int:
+        """Read and clear the socket's pending error (0: none). When the interface goes
+        down the kernel sets ENETDOWN, and poll reports it until it is read: a ring that
+        is never recv()'d from must read it, or its reader spins. The ring itself stays
+        valid and receives again when the interface comes back up."""
+        return take_error(self.sock)
+
     def frames(self, budget: int) -> list[tuple[int, int, int]]:
         """Up to `budget` waiting frames as (offset of the data in self.view, length,
         tp_status). They stay ours (readable and rewritable in place) until release().
@@ -208,8 +231,13 @@ class RxRing:
 
 class TxRing:
     """A transmit ring: put() copies a frame into the next free slot, flush() makes the
-    kernel send every queued slot in one syscall. Falls back to a plain send when the
-    ring is full."""
+    kernel send every queued slot in one syscall.
+
+    A send that fails (the interface is down: ENETDOWN) leaves the slots queued for the
+    next flush; they go out when the interface is back, and frames that find no free
+    slot meanwhile are dropped and counted. A frame the kernel refuses (longer than the
+    MTU, which can shrink at run time) is skipped (PACKET_LOSS): without it, the kernel
+    would stop at its slot until the ring wrapped around."""
 
     def __init__(self, ifname: str, *, mtu: int = 1560, frames: int = 256, vnet_hdr: bool = False,
                  sock: socket.socket | None = None) -> None:
@@ -224,6 +252,7 @@ class TxRing:
             sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
             try:
                 sock.setsockopt(SOL_PACKET, PACKET_VERSION, TPACKET_V2)
+                sock.setsockopt(SOL_PACKET, PACKET_LOSS, 1)
                 if vnet_hdr:
                     sock.setsockopt(SOL_PACKET, PACKET_VNET_HDR, 1)
                 req = struct.pack("IIII", self.block_size, self.block_nr, self.frame_size, self.frame_nr)
@@ -239,6 +268,7 @@ class TxRing:
         self.pending = 0
         self.dropped = 0  # frames that found no free slot even after a flush
         self.bad = 0  # frames the kernel refused (TP_STATUS_WRONG_FORMAT)
+        self.errors: collections.Counter = collections.Counter()  # failed sends by errno name
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -260,7 +290,7 @@ class TxRing:
             return False
         base = self._free_slot()
         if base is None:
-            self.flush()
+            self.flush(force=True)
             base = self._free_slot()
             if base is None:
                 self.dropped += 1
@@ -276,13 +306,18 @@ class TxRing:
         self.pending += 1
         return True
 
-    def flush(self) -> None:
-        if self.pending:
+    def flush(self, force: bool = False) -> None:
+        """Send the queued slots; `force` also when none was queued since the last flush
+        (earlier ones may still wait after a failed send)."""
+        if not (self.pending or force):
+            return
+        try:
+            self.sock.send(b"", socket.MSG_DONTWAIT)
             self.pending = 0
-            try:
-                self.sock.send(b"", socket.MSG_DONTWAIT)
-            except (BlockingIOError, OSError):
-                pass  # slots stay queued; the next flush tries again
+        except BlockingIOError:
+            pass  # the qdisc is full: the slots stay queued for the next flush
+        except OSError as exc:
+            self.errors[error_name(exc.errno)] += 1  # ENETDOWN: sent once the interface is up
 
     def close(self) -> None:
         self.map.close()

@@ -36,7 +36,7 @@ class Worker:
         next_report = time.monotonic() + REPORT_INTERVAL
         channel_fd = self.channel.fileno()
         while self.running:
-            for fd, _events in self.epoll.poll(REPORT_INTERVAL):
+            for fd, events in self.epoll.poll(REPORT_INTERVAL):
                 if fd == channel_fd:
                     self.on_channel()
                 elif self.engine is not None and fd == self.engine.tap_fd:
@@ -44,7 +44,10 @@ class Worker:
                 else:
                     port = self.by_fd.get(fd)
                     if port is not None:
-                        self.engine.on_port(port)
+                        if events & select.EPOLLERR:
+                            self.engine.port_error(port)  # else epoll reports it again at once
+                        if events & select.EPOLLIN:
+                            self.engine.on_port(port)
             now = time.monotonic()
             if now >= next_report:
                 next_report = now + REPORT_INTERVAL

@@ -381,9 +381,9 @@ class Service:
         sock = self.sockets.get(ifname)
         return sock.send(frame) if sock is not None else False
 
-    def _deliver(self, frame) -> None:
-        if self.softif is not None:
-            self.softif.write(frame)
+    def _deliver(self, frame) -> str | None:
+        """Why the frame was dropped (None: written to the TAP)."""
+        return self.softif.write(frame) if self.softif is not None else None
 
     def _apply(self, actions: list) -> None:
         for action in actions:
@@ -391,7 +391,9 @@ class Service:
                 if not self._send(action.iface, action.frame):
                     self.mesh.counters.drop("send_failed")
             elif isinstance(action, Deliver):
-                self._deliver(action.frame)
+                dropped = self._deliver(action.frame)
+                if dropped:
+                    self.mesh.counters.drop(dropped)
             elif isinstance(action, ForwardingUpdate):
                 self.dataplane.apply(action)
             elif isinstance(action, IcmpResult):

@@ -13,6 +13,7 @@ import random
 import pytun
 
 from batmand.dataplane.offload import VNET_PLAIN
+from batmand.dataplane.rings import error_name
 
 TUNSETOFFLOAD = 0x400454D0
 TUN_F_CSUM = 0x01
@@ -46,7 +47,7 @@ class SoftInterface:
         self.fd = self.fds[0]
         for fd in self.fds:
             os.set_blocking(fd, False)
-        self.write_dropped = 0
+        self.write_dropped = 0  # frames for the host that could not be written, whatever the reason
 
     def set_offload(self, csum: bool, tso: bool) -> None:
         """What the host may hand us: partial checksums, TSO super-frames (needs csum)."""
@@ -56,12 +57,20 @@ class SoftInterface:
     def up(self) -> None:
         self.tap.up()
 
-    def write(self, frame) -> None:
-        """A frame for the host, with a plain virtio-net header (checksums complete)."""
+    def write(self, frame) -> str | None:
+        """A frame for the host, with a plain virtio-net header (checksums complete).
+        Never raises: a frame the TAP does not take is dropped and counted, and the
+        reason returned ("tap_full": the host is not reading fast enough, as a full
+        queue would drop it; "tap_write_eio": bat0 is down; ...)."""
         try:
             os.writev(self.fd, (VNET_PLAIN, frame))
+            return None
         except BlockingIOError:
-            self.write_dropped += 1  # the host is not reading fast enough: drop, as a full queue would
+            reason = "tap_full"
+        except OSError as exc:
+            reason = "tap_write_" + error_name(exc.errno)
+        self.write_dropped += 1
+        return reason
 
     def close(self) -> None:
         for queue in self.queues:

@@ -14,6 +14,7 @@ socket); and TCP segments delivered to the host in one batch are coalesced (`gro
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import time
@@ -24,6 +25,8 @@ from batmand.wire.fastpath import UNICAST_PREFIX_LEN, unicast_prefix
 
 from . import offload
 from .rings import TP_STATUS_CSUM_VALID, TP_STATUS_CSUMNOTREADY, RxRing, TxRing, error_name
+
+log = logging.getLogger("batmand")
 
 BATCH = 64  # frames per wake-up before the engine looks at its control messages again
 DECISION_CACHE = 4096  # cached forwarding decisions per hard interface
@@ -36,6 +39,8 @@ _CSUM_FIELDS = struct.Struct("=HH")  # csum_start, csum_offset at offset 6 of a 
 _NEEDS_CSUM = offload.VIRTIO_NET_HDR_F_NEEDS_CSUM
 _DATA_VALID = offload.VIRTIO_NET_HDR_F_DATA_VALID
 _GSO_NONE = offload.GSO_NONE
+# a partial checksum from the mesh must start in the inner frame's payload, past our header
+_INNER_L3 = UNICAST_PREFIX_LEN + 14
 
 
 class Port:
@@ -104,7 +109,7 @@ class Engine:
         self.counters = dict.fromkeys(
             ("tx", "tx_bytes", "rx", "rx_bytes", "forward", "forward_bytes", "slow_host", "slow_mesh",
              "tso_frames", "tso_segments", "gro_merged", "gro_written", "tap_write_dropped", "tx_ring_full",
-             "bad_gso", "truncated", "rx_batches", "rx_unicast"), 0)
+             "bad_gso", "truncated", "rx_batches", "rx_unicast", "drop_bad_csum"), 0)
         self._seen: dict = {}
 
     # --- tables ---------------------------------------------------------------------------------
@@ -158,8 +163,16 @@ class Engine:
     def on_tap(self) -> None:
         """Read a batch from the TAP queue: encapsulate what the table knows, cut TSO
         super-frames first, hand the rest to the slow path."""
-        buf, view, fd = self._read_buf, self._read_view, self.tap_fd
         touched = set()
+        try:
+            self._on_tap(touched)
+        except Exception:
+            self._internal_error()
+        finally:
+            self._flush(touched)
+
+    def _on_tap(self, touched: set) -> None:
+        buf, view, fd = self._read_buf, self._read_view, self.tap_fd
         readv, bufs, cache = os.readv, (buf,), self._host_cache
         offloading = self.csum_offload
         sent = sent_bytes = 0
@@ -168,14 +181,24 @@ class Engine:
                 n = readv(fd, bufs)
             except BlockingIOError:
                 break
+            except OSError as exc:  # the queue is detached or the TAP going away
+                self._count("tap_read_error_" + error_name(exc.errno))
+                break
             if n <= VNET:
+                self._count("drop_tap_runt")
                 continue
             if buf[1] == _GSO_NONE and offloading:
                 # the common case inline: a known destination, the checksum left as the host left it
                 route = cache.get(bytes(buf[VNET:VNET + 16]))
                 if route is not None and n - VNET + UNICAST_PREFIX_LEN - 14 <= route.port.mtu:
-                    head = route.partial_head(*_CSUM_FIELDS.unpack_from(buf, 6)) if buf[0] & _NEEDS_CSUM \
-                        else route.plain_head
+                    if buf[0] & _NEEDS_CSUM:
+                        csum_start, csum_offset = _CSUM_FIELDS.unpack_from(buf, 6)
+                        if csum_start + csum_offset + 2 > n - VNET:
+                            self.counters["drop_bad_csum"] += 1
+                            continue
+                        head = route.partial_head(csum_start, csum_offset)
+                    else:
+                        head = route.plain_head
                     if route.port.tx.put((head, view[VNET:n]), len(head) + n - VNET):
                         route.hits += 1
                         touched.add(route.port)
@@ -191,7 +214,6 @@ class Engine:
             self._from_host_gso(view[VNET:n], gso_type, gso_size, csum_start, touched)
         self.counters["tx"] += sent
         self.counters["tx_bytes"] += sent_bytes
-        self._flush(touched)
 
     def _flush(self, ports) -> None:
         """Send what the transmit rings of these ports queued; count failed sends."""
@@ -205,14 +227,24 @@ class Engine:
                     counters[key] = counters.get(key, 0) + n
                 tx.errors.clear()
 
+    def _count(self, key: str) -> None:
+        self.counters[key] = self.counters.get(key, 0) + 1
+
+    def _internal_error(self) -> None:
+        """A bug met by some frame: never the end of the worker (its ring slots are
+        released; a restarted worker would only meet the same frame again)."""
+        self._count("internal_error")
+        if self.counters["internal_error"] == 1:
+            log.exception("data-plane error (counted as internal_error; later ones are only counted)")
+
     def _from_host_gso(self, frame, gso_type: int, gso_size: int, csum_start: int, touched: set) -> None:
         """A TSO super-frame: cut it into MTU segments. When the table knows the route
         (all segments share the addresses) they go straight into the transmit ring as
         (our headers, their headers, payload), never joined; else one by one as any frame."""
         l2 = 18 if frame[12:14] == _VLAN else 14
         try:
-            parts = offload.segment_parts(frame, gso_type, gso_size, self.csum_offload, l2)
-        except ValueError:
+            parts = offload.segment_parts(frame, gso_type, gso_size, self.csum_offload, l2, csum_start=csum_start)
+        except (ValueError, struct.error):
             self.counters["bad_gso"] += 1
             return
         self.counters["tso_frames"] += 1
@@ -238,6 +270,9 @@ class Engine:
         self.counters["tx_ring_full"] += len(parts) - sent
 
     def _from_host(self, frame, needs_csum, csum_start: int, csum_offset: int, touched: set) -> None:
+        if needs_csum and csum_start + csum_offset + 2 > len(frame):
+            self.counters["drop_bad_csum"] += 1
+            return
         route = self._host_cache.get(bytes(frame[0:16]))
         if route is None:
             route = self._host_route(frame)
@@ -318,7 +353,21 @@ class Engine:
 
     def on_port(self, port: Port) -> None:
         """A batch of UNICAST frames from a hard interface's ring: deliver (through the
-        coalescer) or forward in place; the rest to the slow path."""
+        coalescer) or forward in place; the rest to the slow path. Whatever happens, the
+        batch's slots go back to the kernel."""
+        touched = set()
+        try:
+            self._on_port(port, touched)
+            if self.gro:
+                self._flush_gro()
+        except Exception:
+            self._internal_error()
+            self.coalescer = offload.Coalescer(udp=self.coalescer.udp)  # it may hold views of the slots
+        finally:
+            port.rx.release()
+        self._flush(touched)
+
+    def _on_port(self, port: Port, touched: set) -> None:
         ring = port.rx
         view = ring.view
         counters = self.counters
@@ -326,7 +375,6 @@ class Engine:
         coalescer = self.coalescer
         tap = self.tap_fd
         decisions = port.decisions
-        touched = set()
         batch = ring.frames(BATCH)
         counters["rx_batches"] += 1
         if ring.truncated:
@@ -334,6 +382,11 @@ class Engine:
             ring.truncated = 0
         delivered = forwarded = delivered_bytes = forwarded_bytes = 0
         for off, length, status in batch:
+            if status & TP_STATUS_CSUMNOTREADY:
+                _f, _g, _h, _s, csum_start, csum_offset = _VNET.unpack_from(view, off - VNET)
+                if csum_start < _INNER_L3 or csum_start + csum_offset + 2 > length:
+                    counters["drop_bad_csum"] += 1  # its sender (a VM, a container) pointed it into our header
+                    continue
             key = bytes(view[off:off + 40])
             decision = decisions.get(key)
             if decision is None:
@@ -346,7 +399,6 @@ class Engine:
                 delivered += 1
                 delivered_bytes += length - UNICAST_PREFIX_LEN
                 if status & TP_STATUS_CSUMNOTREADY:
-                    _f, _g, _h, _s, csum_start, csum_offset = _VNET.unpack_from(view, off - VNET)
                     csum, csum_start = offload.CSUM_PARTIAL, csum_start - UNICAST_PREFIX_LEN
                 elif status & TP_STATUS_CSUM_VALID:
                     csum, csum_start, csum_offset = offload.CSUM_VALID, 0, 0
@@ -364,6 +416,8 @@ class Engine:
                     os.write(tap, view[off + 14:off + length])
                 except BlockingIOError:
                     counters["tap_write_dropped"] += 1
+                except OSError as exc:  # EIO: bat0 is down
+                    self._count("drop_tap_write_" + error_name(exc.errno))
                 continue
             if decision is SLOW:
                 if coalesce:
@@ -395,10 +449,6 @@ class Engine:
         counters["rx_bytes"] += delivered_bytes
         counters["forward"] += forwarded
         counters["forward_bytes"] += forwarded_bytes
-        if coalesce:
-            self._flush_gro()
-        self._flush(touched)
-        ring.release()
 
     def port_error(self, port: Port) -> bool:
         """Read, clear and count the receive socket's pending error: ENETDOWN when the
@@ -417,7 +467,10 @@ class Engine:
             try:
                 os.write(tap, item)
             except BlockingIOError:
-                counters["tap_write_dropped"] += 1
+                counters["tap_write_dropped"] += _frames_in(item)
+            except OSError as exc:  # EIO: bat0 is down
+                key = "drop_tap_write_" + error_name(exc.errno)
+                counters[key] = counters.get(key, 0) + _frames_in(item)
             counters["gro_written"] += 1
         counters["gro_merged"] += coalescer.merged - merged_before
 
@@ -429,12 +482,20 @@ class Engine:
         self.slow_mesh(port.name, bytes(frame))
 
 
+def _frames_in(item) -> int:
+    """How many received frames a TAP write (vnet header + frame) carries: GRO merges them."""
+    _f, gso_type, hdr_len, gso_size, _s, _o = _VNET.unpack_from(item)
+    if gso_type == _GSO_NONE or not gso_size:
+        return 1
+    return -(-(len(item) - VNET - hdr_len) // gso_size)
+
+
 def _finish_rx_checksum(view, off: int, frame) -> None:
     """Complete, in `frame`, a checksum its sender left partial (TP_STATUS_CSUMNOTREADY);
-    the receive ring's vnet header in front of the frame at `off` says where it is."""
+    the receive ring's vnet header in front of the frame at `off` says where it is (the
+    offsets were checked when the frame was taken from the ring)."""
     _f, _g, _h, _s, csum_start, csum_offset = _VNET.unpack_from(view, off - VNET)
-    if csum_start + csum_offset + 2 <= len(frame):
-        offload.finish_checksum(frame, csum_start, csum_offset)
+    offload.finish_checksum(frame, csum_start, csum_offset)
 
 
 def _vid(frame, off: int) -> tuple[int, int] | None:

@@ -254,7 +254,8 @@ def segment(frame, gso_type: int, gso_size: int, csum_offload: bool, l2_len: int
     return [join(parts) for parts in segment_parts(frame, gso_type, gso_size, csum_offload, l2_len)]
 
 
-def segment_parts(frame, gso_type: int, gso_size: int, csum_offload: bool, l2_len: int = 14) -> list:
+def segment_parts(frame, gso_type: int, gso_size: int, csum_offload: bool, l2_len: int = 14,
+                  csum_start: int | None = None) -> list:
     """Cut one TSO frame from the TAP (GSO_TCPV4 / GSO_TCPV6, optionally | GSO_ECN) into
     Ethernet frames carrying at most ``gso_size`` payload bytes each, like tcp_gso_segment:
     headers copied, seq advanced, FIN/PSH only on the last segment, CWR only on the first,
@@ -266,7 +267,8 @@ def segment_parts(frame, gso_type: int, gso_size: int, csum_offload: bool, l2_le
     full checksum.  A frame whose payload fits (or gso_size 0) comes back alone.
     Bytes after the IP packet (padding) are dropped from segments.
     Each segment comes as (headers, payload view): a caller that copies them into a
-    transmit ring never joins them. Raises ValueError when the frame cannot be segmented."""
+    transmit ring never joins them. ``csum_start``, when given (the virtio header's), must
+    point at the TCP header. Raises ValueError when the frame cannot be segmented."""
     kind = gso_type & ~GSO_ECN          # CWR goes on the first segment only either way
     if kind != GSO_TCPV4 and kind != GSO_TCPV6:
         raise ValueError(f"gso_type {gso_type:#x} is not TCP")
@@ -276,6 +278,8 @@ def segment_parts(frame, gso_type: int, gso_size: int, csum_offload: bool, l2_le
     l3, l4, thl, poff, plen, _key, seq, _ack, flags, is_v6 = info
     if is_v6 != (kind == GSO_TCPV6):
         raise ValueError("gso_type does not match the IP version")
+    if csum_start is not None and csum_start != l4:
+        raise ValueError("csum_start is not the TCP header's offset")
     if gso_size < 0:
         raise ValueError("negative gso_size")
     end = poff + plen

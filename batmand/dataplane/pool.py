@@ -16,11 +16,13 @@ import asyncio
 import collections
 import contextlib
 import logging
+import os
 import random
 import subprocess
 import sys
 import time
 
+import batmand
 from batmand.core.events import ForwardingUpdate
 from batmand.core.forwarding import ForwardingTable
 
@@ -34,6 +36,26 @@ log = logging.getLogger("batmand")
 RX_FRAMES = 4096  # receive-ring slots per worker and hard interface: a TCP window's burst fits
 RESTART_BACKOFF = 1.0  # seconds between restarts of a worker that keeps dying
 SILENCE_LIMIT = 5.0  # a worker that has not reported for this long is stuck: killed and restarted
+
+
+# How a worker starts: isolated (-I: neither the current directory nor PYTHONPATH nor the
+# user's site-packages on sys.path, so nothing planted where the daemon was started runs
+# as root), from "/", with the batmand package this daemon runs loaded from its directory.
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(batmand.__file__))
+_WORKER_BOOTSTRAP = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("batmand", sys.argv[1] + "/__init__.py",
+                                              submodule_search_locations=[sys.argv[1]])
+package = importlib.util.module_from_spec(spec)
+sys.modules["batmand"] = package
+spec.loader.exec_module(package)
+from batmand.dataplane.worker import main
+main(sys.argv[2:])
+"""
+
+
+def worker_command(channel_fd: int) -> list[str]:
+    return [sys.executable, "-I", "-c", _WORKER_BOOTSTRAP, _PACKAGE_DIR, str(channel_fd)]
 
 
 def _ring_settings(mtu: int, version: int) -> dict:
@@ -157,8 +179,7 @@ class WorkerPool:
 
     def _spawn(self, worker: _Worker) -> None:
         channel, theirs = pair()
-        worker.proc = subprocess.Popen([sys.executable, "-m", "batmand.dataplane.worker", str(theirs.fileno())],
-                                       pass_fds=[theirs.fileno()])
+        worker.proc = subprocess.Popen(worker_command(theirs.fileno()), pass_fds=[theirs.fileno()], cwd="/")
         theirs.close()
         worker.channel = channel
         worker.started = worker.last_report = time.monotonic()

@@ -4,7 +4,7 @@ with the other workers; the control process sends it tables and descriptors over
 channel, and it sends back frames for the slow path and, twice a second, counters and
 the local clients it saw.
 
-Run as `python -m batmand.dataplane.worker FD` with the channel socket inherited."""
+Started by pool.worker_command with the channel socket inherited (FD)."""
 
 from __future__ import annotations
 

@@ -510,3 +510,35 @@ def test_a_stuck_worker_is_killed_and_restarted():
         # every flow, whichever worker it hashes to, gets through again
         for _ in range(8):
             assert lab.exec("n1", ["ping", "-c", "2", "-i", "0.2", "-W", "2", lab.address("n3")]).returncode == 0
+
+
+# --------------------------------------------------------------------------- 4. isolated start
+
+PLANTED = '''
+import os, sys
+open(os.environ["PLANTED_MARKER"], "w").write(" ".join(sys.argv))
+'''
+
+
+def test_workers_ignore_modules_planted_in_the_current_directory(tmp_path, monkeypatch):
+    """The daemon started (as root) from a directory someone else can write, holding a
+    `batmand/dataplane/worker.py` of theirs: the workers must not run it (they start
+    isolated from the current directory, PYTHONPATH and the user's site-packages) and must
+    still find the batmand the daemon runs, and forward."""
+    planted = tmp_path / "cwd"
+    (planted / "batmand" / "dataplane").mkdir(parents=True)
+    (planted / "batmand" / "__init__.py").write_text("")
+    (planted / "batmand" / "dataplane" / "__init__.py").write_text("")
+    (planted / "batmand" / "dataplane" / "worker.py").write_text(PLANTED)
+    marker = tmp_path / "planted-module-ran"
+    monkeypatch.setenv("PLANTED_MARKER", str(marker))
+    monkeypatch.chdir(planted)
+    with make_lab("line3", orig_interval_ms=INTERVAL_MS, workers=2) as lab:
+        lab.start()
+        mesh_ready(lab, "n1", "n3")
+        time.sleep(1.2)  # the workers report their counters twice a second
+        workers = {n: dp(lab, n)["workers"] for n in lab.nodes}
+    assert not marker.exists(), f"a worker ran the planted module: {marker.read_text()}"
+    for node, rows in workers.items():
+        assert len(rows) == 2 and all(w["restarts"] == 0 for w in rows), f"{node}: {rows}"
+        assert sum(w["rx_frames"] + w["tx_frames"] for w in rows) > 0, f"{node}: no frame went through the workers"

@@ -61,6 +61,20 @@ class BatmanIV:
         info = neigh.ifinfo_get(outif)
         return info.tq_avg if info else 0
 
+    # --- evidence that an entry is real (which entries a full table keeps) ------------------
+
+    @staticmethod
+    def orig_has_evidence(orig_node: OrigNode) -> bool:
+        """It echoes our OGMs (a bidirectional link) or we have a route to it; a spoofed
+        originator that never echoes has neither."""
+        return any(info.bcast_own or info.router is not None for info in orig_node.ifinfo.values())
+
+    def neigh_has_evidence(self, iface: HardInterface, neigh) -> bool:
+        """The neighbour echoes our OGMs on this interface."""
+        orig_neigh = self.mesh.originators.get(neigh.addr)
+        info = orig_neigh.ifinfo.get(iface) if orig_neigh is not None else None
+        return bool(info and info.bcast_own)
+
     # --- own OGMs ---------------------------------------------------------------------------
 
     def iface_enabled(self, now: float, iface: HardInterface) -> None:

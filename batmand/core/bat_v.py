@@ -93,6 +93,24 @@ class BatmanV:
         info = neigh.ifinfo_get(outif)
         return info.throughput if info else 0
 
+    # --- evidence that an entry is real (which entries a full table keeps) ---------------------
+
+    @staticmethod
+    def orig_has_evidence(orig_node: OrigNode) -> bool:
+        """We have a route to it. V has no echo: an ELP proves nothing about the way back
+        and our throughput estimate exists for any MAC that sent one, so an ELP flood from
+        spoofed MACs stays evictable; an OGMv2 only counts once it has made a route."""
+        return any(info.router is not None for info in orig_node.ifinfo.values())
+
+    def neigh_has_evidence(self, iface: HardInterface, neigh: HardifNeigh) -> bool:
+        """A route to the originator it announced goes through it on this interface (an ELP
+        claiming a real originator from a spoofed MAC does not count)."""
+        orig_node = self.mesh.originators.get(neigh.orig)
+        if orig_node is None:
+            return False
+        return any(info.router is not None and info.router.addr == neigh.addr and info.router.if_incoming is iface
+                   for info in orig_node.ifinfo.values())
+
     # --- interfaces -----------------------------------------------------------------------------
 
     def _jittered(self, now: float, interval_ms: int) -> float:

@@ -7,7 +7,6 @@ from batmand.wire import BROADCAST, Bcast, InnerFrame, WireError, build_frame
 from batmand.wire.constants import TTL
 
 from .bitarray import bit_get_packet, seq_diff32, bit_is_set, window_protected
-from .routing import inner_vid
 
 NUM_BCASTS_WIRED = 1
 NUM_BCASTS_WIRELESS = 3
@@ -83,7 +82,4 @@ class Broadcast:
                         inner=packet.inner, version=packet.version)
         neigh = iface.neighbours.get(eth.h_source)
         self._flood(now, forward, own=False, from_orig=neigh.orig if neigh else None)
-        inner = packet.inner
-        mesh.deliver(inner.encode())
-        if not inner.h_source.is_multicast:
-            mesh.tt.add_temporary(now, orig_node, inner.h_source, inner_vid(inner))
+        mesh.deliver(now, packet.inner, orig_node)

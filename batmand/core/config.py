@@ -286,6 +286,12 @@ class MeshConfig:
     max_hardif_neighbours: int = setting(1_000, Range(1, 100_000))
     max_global_tt_entries: int = setting(100_000, Range(1, 10_000_000))
     max_global_tt_entries_per_originator: int = setting(2_000, Range(1, 1_000_000))
+    # senders of broadcasts and 4addr frames nobody announced yet have their own budget, oldest
+    # evicted first, so that spoofed broadcasts (flooded on to every node) never take an
+    # announced client's place; a real sender is announced within a few OGM intervals, so this
+    # covers 10,000 new senders per few seconds at a tenth of the global table's memory
+    max_temporary_tt_entries: int = setting(10_000, Range(1, 10_000_000),
+                                            help="temporary clients kept (learnt from broadcasts)")
     max_pending_tt_requests: int = setting(1_000, Range(1, 100_000))
     max_forward_queue: int = setting(256, Range(1, 65_536),
                                      help="forwarded OGMs waiting to go out (BATADV_BATMAN_QUEUE_LEN)")

@@ -5,10 +5,12 @@ Sending: at most 16 fragments of at most 1280 bytes, equal sizes, cut from the t
 fragment `no` 0 carries the tail, the highest `no` the head (with the original header).
 Receiving: 8 chains per originator (bucket = seqno % 8), a new seqno in a bucket discards
 the old chain, duplicates are dropped, the merge is head-first in descending `no`.
-Our addition: one byte budget across all originators, oldest chains evicted first."""
+Our addition: one byte budget across all originators, the chain touched longest ago evicted
+first."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from batmand.wire import Mac, UnicastFrag
@@ -64,20 +66,18 @@ class Chain:
     total_size: int
     touched: float  # last fragment added (the kernel's chain timestamp)
     parts: dict[int, bytes] = field(default_factory=dict)  # no -> data
-
-    @property
-    def size(self) -> int:
-        return sum(len(p) for p in self.parts.values())
+    size: int = 0  # bytes in parts
 
 
 class Reassembly:
-    """Fragment chains of all originators, within a byte budget."""
+    """Fragment chains of all originators, within a byte budget. Chains are kept in the order
+    they were last touched, so evicting the oldest and timing chains out cost O(1) per chain
+    however many are buffered. The budget and the timeout are read from `config` at each use."""
 
-    def __init__(self, counters, max_bytes: int, timeout: float) -> None:
-        self.chains: dict[tuple[Mac, int], Chain] = {}
+    def __init__(self, counters, config) -> None:
+        self.chains: OrderedDict[tuple[Mac, int], Chain] = OrderedDict()
         self.counters = counters
-        self.max_bytes = max_bytes
-        self.timeout = timeout
+        self.config = config
         self.bytes = 0
 
     def _drop(self, key) -> None:
@@ -95,9 +95,12 @@ class Reassembly:
         elif frag.no in chain.parts:
             self.counters.drop("fragment_duplicate")
             return None
+        else:
+            self.chains.move_to_end(key)
         chain.touched = now
-        chain.parts[frag.no] = bytes(frag.data)
-        self.bytes += len(frag.data)
+        chain.parts[frag.no] = data = bytes(frag.data)
+        chain.size += len(data)
+        self.bytes += len(data)
         if chain.size > SIZE_LIMIT or chain.total_size != frag.total_size or chain.total_size > SIZE_LIMIT:
             self.counters.drop("fragment_chain_invalid")
             self._drop(key)
@@ -105,17 +108,22 @@ class Reassembly:
         if chain.size == chain.total_size:
             self._drop(key)
             return b"".join(chain.parts[no] for no in sorted(chain.parts, reverse=True))
-        while self.bytes > self.max_bytes and self.chains:
-            oldest = min(self.chains, key=lambda k: self.chains[k].touched)
+        limit = self.config.max_fragment_bytes
+        while self.bytes > limit and self.chains:
             self.counters.drop("fragment_buffer_full")
-            self._drop(oldest)
+            _, oldest = self.chains.popitem(last=False)
+            self.bytes -= oldest.size
         return None
 
     def purge(self, now: float) -> None:
-        for key in [k for k, c in self.chains.items() if now - c.touched > self.timeout]:
+        timeout = self.config.frag_timeout_ms / 1000.0
+        while self.chains:
+            key = next(iter(self.chains))
+            if now - self.chains[key].touched <= timeout:
+                break
             self.counters.drop("fragment_timeout")
             self._drop(key)
 
     def forget(self, orig: Mac) -> None:
-        for key in [k for k in self.chains if k[0] == orig]:
-            self._drop(key)
+        for bucket in range(BUFFER_COUNT):
+            self._drop((orig, bucket))

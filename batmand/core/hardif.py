@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from batmand.wire import Mac
 
+from .eviction import EvictionOrder
+
 
 @dataclass(eq=False)
 class HardifNeigh:
@@ -52,6 +54,7 @@ class HardInterface:
     # B.A.T.M.A.N. IV: next own OGM seqno (always "last scheduled + 1"); None: random at enable
     ogm_seqno: int | None = None
     neighbours: dict[Mac, HardifNeigh] = field(default_factory=dict)
+    eviction: EvictionOrder = field(default_factory=EvictionOrder)  # which neighbour makes room first
     # B.A.T.M.A.N. V
     elp_interval_ms: int = 500  # batctl hardif IFACE et
     elp_seqno: int | None = None  # None: random at enable
@@ -63,14 +66,6 @@ class HardInterface:
 
     def __repr__(self) -> str:
         return f"<HardInterface {self.name} {self.mac}>"
-
-    def neigh_get_or_create(self, addr: Mac, orig: Mac, now: float, limit: int) -> HardifNeigh | None:
-        neigh = self.neighbours.get(addr)
-        if neigh is None:
-            if len(self.neighbours) >= limit:
-                return None
-            neigh = self.neighbours[addr] = HardifNeigh(addr, orig, now)
-        return neigh
 
     def no_broadcast(self, orig: Mac, orig_neigh: Mac | None) -> str | None:
         """Why a (re)broadcast need not leave this interface (batadv_hardif_no_broadcast):

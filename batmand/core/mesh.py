@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import random
 
-from batmand.wire import (Bcast, Elp, IcmpPacket, IcmpRRPacket, IcmpTpPacket, IvOgm, Mac, Ogm2, RoamTvlv, TtTvlv,
-                          Unicast, Unicast4Addr, UnicastFrag, UnicastTvlv, UnknownUnicast, WireError,
+from batmand.wire import (Bcast, Elp, IcmpPacket, IcmpRRPacket, IcmpTpPacket, InnerFrame, IvOgm, Mac, Ogm2, RoamTvlv,
+                          TtTvlv, Unicast, Unicast4Addr, UnicastFrag, UnicastTvlv, UnknownUnicast, WireError,
                           build_frame, decode_frame, DatTvlv, GatewayTvlv, McastTvlv)
-from batmand.wire.constants import PACKET_TYPE_NAMES, TTL
+from batmand.wire.constants import ETH_P_BATMAN, PACKET_TYPE_NAMES, TTL
 
 from .bat_iv import BatmanIV
 from .bat_v import BatmanV
@@ -25,7 +25,7 @@ from .fragmentation import Reassembly
 from .hardif import HardInterface
 from .icmp import Icmp
 from .originator import OriginatorTable, OrigNode
-from .routing import Routing
+from .routing import Routing, inner_vid
 from .translation_table import TranslationTable
 
 ALGORITHMS = {"BATMAN_IV": BatmanIV, "BATMAN_V": BatmanV}
@@ -43,8 +43,8 @@ class Mesh:
         self.counters = Counters()
         self.ifaces: list[HardInterface] = []
         self.primary: HardInterface | None = None
-        self.originators = OriginatorTable(self.config.max_originators, self.config.max_neighbours_per_originator,
-                                           self.config.max_hardif_neighbours, self.counters)
+        self.originators = OriginatorTable(self.config, self.counters, evidence=self._orig_has_evidence,
+                                           neigh_evidence=self._neigh_has_evidence, forget=self._forget_originator)
         self.log = lambda message: None  # the daemon routes this to its logger
         if self.config.routing_algo not in ALGORITHMS:
             raise ValueError(f"routing algorithm {self.config.routing_algo} is not available "
@@ -54,7 +54,7 @@ class Mesh:
         self.broadcast = Broadcast(self)
         self.routing = Routing(self)
         self.icmp = Icmp(self)
-        self.reassembly = Reassembly(self.counters, self.config.max_fragment_bytes, self.config.frag_timeout_ms / 1000.0)
+        self.reassembly = Reassembly(self.counters, self.config)
         self.frag_seqno = self.rng.getrandbits(16)
         self._actions: list = []
         self._published_origs: dict[Mac, OrigRoute] = {}
@@ -122,9 +122,18 @@ class Mesh:
             self.counters.add("mgmt_tx", len(frame))
         self._actions.append(Transmit(iface.name, frame))
 
-    def deliver(self, frame: bytes) -> None:
+    def deliver(self, now: float, inner: InnerFrame, orig_node: OrigNode | None = None) -> None:
+        """batadv_interface_rx: hand a frame from the mesh to the host; `orig_node` (broadcasts,
+        4addr DATA) learns the sender as a temporary client. Batman-in-batman is dropped, as the
+        kernel does, to prevent loops (a bat0 bridged into another mesh's hard interface)."""
+        if inner.h_proto == ETH_P_BATMAN:  # InnerFrame.h_proto is the ethertype behind one 802.1Q tag
+            self.counters.drop("batman_in_batman")
+            return
+        frame = inner.encode()
         self.counters.add("rx", len(frame))
         self._actions.append(Deliver(frame))
+        if orig_node is not None and not inner.h_source.is_multicast:
+            self.tt.add_temporary(now, orig_node, inner.h_source, inner_vid(inner))
 
     def emit(self, action) -> None:
         self._actions.append(action)
@@ -262,18 +271,14 @@ class Mesh:
                 self.update_route(orig_node, outif, best)
 
     def purge(self, now: float) -> None:
-        """The originator worker (every second): time out neighbours and originators."""
+        """The originator worker (every second): time out neighbours and originators, and
+        list the entries without evidence (again) as the ones a full table may evict."""
         neigh_timeout = self.config.purge_timeout
+        originators = self.originators
         self.reassembly.purge(now)
-        for addr, orig_node in list(self.originators.nodes.items()):
+        for addr, orig_node in list(originators.nodes.items()):
             if now - orig_node.last_seen > 2 * neigh_timeout:
-                self.reassembly.forget(addr)
-                for outif in [None] + self.active_ifaces():
-                    if orig_node.router(outif) is not None:
-                        self.update_route(orig_node, outif, None)
-                self.tt.global_del_orig(orig_node)
-                del self.originators.nodes[addr]
-                self._dirty_origs.add(addr)
+                originators.remove(orig_node)
                 continue
             stale = [k for k, n in orig_node.neighbours.items()
                      if now - n.last_seen > neigh_timeout or not n.if_incoming.active]
@@ -281,9 +286,31 @@ class Mesh:
                 del orig_node.neighbours[key]
             if stale:
                 self._reselect_routes(orig_node)
+            originators.review(orig_node)
+        originators.candidates.prune(originators.nodes)
         for iface in self.ifaces:
             for addr in [a for a, n in iface.neighbours.items() if now - n.last_seen > neigh_timeout]:
                 del iface.neighbours[addr]
+            for addr, neigh in iface.neighbours.items():
+                if not self._neigh_has_evidence(iface, neigh):
+                    iface.eviction.keep(addr)
+            iface.eviction.prune(iface.neighbours)
+
+    def _forget_originator(self, orig_node: OrigNode) -> None:
+        """An originator leaves the table (timed out or evicted): its routes, clients and
+        fragments go with it."""
+        self.reassembly.forget(orig_node.orig)
+        for outif in [None] + self.active_ifaces():
+            if orig_node.router(outif) is not None:
+                self.update_route(orig_node, outif, None)
+        self.tt.global_del_orig(orig_node)
+        self._dirty_origs.add(orig_node.orig)
+
+    def _orig_has_evidence(self, orig_node: OrigNode) -> bool:
+        return self.algo.orig_has_evidence(orig_node)
+
+    def _neigh_has_evidence(self, iface: HardInterface, neigh) -> bool:
+        return self.algo.neigh_has_evidence(iface, neigh)
 
     # --- publishing the forwarding table -----------------------------------------------------------
 

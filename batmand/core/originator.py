@@ -6,11 +6,13 @@ a HardInterface key holds the routers for traffic that arrived on that interface
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from batmand.wire import Mac
 
-from .hardif import HardInterface
+from .eviction import EvictionOrder
+from .hardif import HardifNeigh, HardInterface
 
 TQ_GLOBAL_WINDOW_SIZE = 5
 
@@ -107,26 +109,57 @@ class OrigNode:
 
 
 class OriginatorTable:
-    """All known originators, bounded: a peer cannot make us store more than `limit`."""
+    """All known originators, bounded: a peer cannot make us store more than the configured
+    number. A full table makes room by evicting the least recently heard originator without
+    real evidence (`evidence(orig_node)`: a route, or in IV echoes of our OGMs), so a flood of
+    spoofed originators cannot keep a real new neighbour out; when every entry has evidence,
+    the newcomer is refused. Hard-interface neighbours are bounded the same way per interface
+    (`neigh_evidence(iface, hardif_neigh)`). The limits are read from `config` at each use,
+    so a reload that changes them takes effect."""
 
-    def __init__(self, limit: int, neigh_limit: int, hardif_neigh_limit: int, counters) -> None:
+    def __init__(self, config, counters, *, evidence: Callable[[OrigNode], bool],
+                 neigh_evidence: Callable[[HardInterface, object], bool],
+                 forget: Callable[[OrigNode], None]) -> None:
         self.nodes: dict[Mac, OrigNode] = {}
-        self.limit = limit
-        self.neigh_limit = neigh_limit
-        self.hardif_neigh_limit = hardif_neigh_limit
+        self.config = config
         self.counters = counters
+        self.evidence = evidence
+        self.neigh_evidence = neigh_evidence
+        self.forget = forget  # drops everything that hangs off an originator (the mesh's purge)
+        self.candidates = EvictionOrder()
 
     def get(self, addr: Mac) -> OrigNode | None:
         return self.nodes.get(addr)
 
     def get_or_create(self, addr: Mac, now: float) -> OrigNode | None:
         node = self.nodes.get(addr)
-        if node is None:
-            if len(self.nodes) >= self.limit:
+        if node is not None:
+            self.candidates.touch(addr)
+            return node
+        while len(self.nodes) >= self.config.max_originators:
+            weakest = self.candidates.pop_weakest(self._is_weak)
+            if weakest is None:
                 self.counters.drop("originator_table_full")
                 return None
-            node = self.nodes[addr] = OrigNode(Mac(addr), last_seen=now)
+            self.counters.drop("originator_evicted")
+            self.remove(self.nodes[weakest])
+        node = self.nodes[addr] = OrigNode(Mac(addr), last_seen=now)
+        self.candidates.add(addr)
         return node
+
+    def _is_weak(self, addr: Mac) -> bool:
+        node = self.nodes.get(addr)
+        return node is not None and not self.evidence(node)
+
+    def remove(self, node: OrigNode) -> None:
+        self.forget(node)
+        self.nodes.pop(node.orig, None)
+        self.candidates.discard(node.orig)
+
+    def review(self, node: OrigNode) -> None:
+        """The purge's pass: an entry that has lost its evidence may be evicted again."""
+        if not self.evidence(node):
+            self.candidates.keep(node.orig)
 
     def neigh_get_or_create(self, orig_node: OrigNode, hard_iface: HardInterface, addr: Mac,
                             orig_neigh: OrigNode, now: float) -> NeighNode | None:
@@ -134,13 +167,31 @@ class OriginatorTable:
         key = (addr, hard_iface)
         neigh = orig_node.neighbours.get(key)
         if neigh is None:
-            if len(orig_node.neighbours) >= self.neigh_limit:
+            if len(orig_node.neighbours) >= self.config.max_neighbours_per_originator:
                 self.counters.drop("neighbour_table_full")
                 return None
-            if hard_iface.neigh_get_or_create(addr, orig_node.orig, now, self.hardif_neigh_limit) is None:
-                self.counters.drop("hardif_neighbour_table_full")
+            if self.hardif_neigh_get_or_create(hard_iface, addr, orig_node.orig, now) is None:
                 return None
             neigh = orig_node.neighbours[key] = NeighNode(Mac(addr), hard_iface, orig_neigh, now)
         else:
+            hard_iface.eviction.touch(addr)
             neigh.orig_node = orig_neigh
+        return neigh
+
+    def hardif_neigh_get_or_create(self, iface: HardInterface, addr: Mac, orig: Mac, now: float):
+        """The neighbour entry on one hard interface, bounded like the originators."""
+        neigh = iface.neighbours.get(addr)
+        if neigh is not None:
+            iface.eviction.touch(addr)
+            return neigh
+        while len(iface.neighbours) >= self.config.max_hardif_neighbours:
+            weakest = iface.eviction.pop_weakest(lambda a: a in iface.neighbours and
+                                                 not self.neigh_evidence(iface, iface.neighbours[a]))
+            if weakest is None:
+                self.counters.drop("hardif_neighbour_table_full")
+                return None
+            self.counters.drop("hardif_neighbour_evicted")
+            del iface.neighbours[weakest]
+        neigh = iface.neighbours[addr] = HardifNeigh(Mac(addr), Mac(orig), now)
+        iface.eviction.add(addr)
         return neigh

@@ -161,10 +161,7 @@ class Routing:
             src_orig = None
             if getattr(packet, "subtype", None) == Unicast4AddrSubtype.DATA:
                 src_orig = mesh.originators.get(packet.src)
-            inner = packet.inner
-            mesh.deliver(inner.encode())
-            if src_orig is not None and not inner.h_source.is_multicast:
-                mesh.tt.add_temporary(now, src_orig, inner.h_source, inner_vid(inner))
+            mesh.deliver(now, packet.inner, src_orig)
             return
         self._route(now, iface, packet)
 

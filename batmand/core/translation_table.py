@@ -8,7 +8,8 @@ TT responses; CRCs keep both sides honest, TT requests repair gaps. Roaming move
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass
 
 from batmand.wire import Mac, RoamTvlv, TtChange, TtTvlv, TtVlan
 from batmand.wire.constants import TT_SYNC_MASK, TtClientFlags as F, TtDataFlags
@@ -42,14 +43,43 @@ class OrigEntry:
     flags: int  # the sync flags (WIFI, ISOLA) this originator announced
 
 
-@dataclass(eq=False)
+_UNCOUNTED = F.ROAM | F.TEMP  # entries with these flags are left out of the CRCs
+
+
 class GlobalEntry:
-    addr: Mac
-    vid: int
-    flags: int  # ROAM / TEMP and the announced flags
-    added_at: float
-    roam_at: float = 0.0
-    origs: dict[Mac, OrigEntry] = field(default_factory=dict)
+    """A client of other originators. `flags` holds ROAM / TEMP and the announced flags;
+    whoever changes ROAM or TEMP, the table hears of it (`_flags_changed`), so its
+    per-originator CRCs and the temporary-entry budget stay current."""
+
+    __slots__ = ("addr", "vid", "_flags", "added_at", "roam_at", "origs", "table")
+
+    def __init__(self, addr: Mac, vid: int, flags: int, added_at: float, roam_at: float = 0.0) -> None:
+        self.addr, self.vid, self._flags = addr, vid, flags
+        self.added_at, self.roam_at = added_at, roam_at
+        self.origs: dict[Mac, OrigEntry] = {}
+        self.table: TranslationTable | None = None  # set while the entry is in the global table
+
+    def __repr__(self) -> str:
+        return f"GlobalEntry({self.addr}, vid={self.vid}, flags={self._flags:#x}, origs={list(self.origs)})"
+
+    @property
+    def flags(self) -> int:
+        return self._flags
+
+    @flags.setter
+    def flags(self, value: int) -> None:
+        old, self._flags = self._flags, value
+        if self.table is not None and (old ^ value) & _UNCOUNTED:
+            self.table._flags_changed(self, old)
+
+
+@dataclass(eq=False, slots=True)
+class OrigVlan:
+    """One originator's entries on one VLAN: how many (any flags), and the CRC of those
+    that count (the kernel's orig_node_vlan with its tt.crc)."""
+
+    entries: int = 0
+    crc: int = 0
 
 
 class TranslationTable:
@@ -65,6 +95,12 @@ class TranslationTable:
         self.tvlv: TtTvlv | None = None  # the TT container of our OGMs
         self.global_: dict[tuple[Mac, int], GlobalEntry] = {}
         self.by_orig: dict[Mac, set] = {}
+        # kept as entries change, so that a diff costs its changes, not the table
+        self.orig_vlans: dict[Mac, dict[int, OrigVlan]] = {}
+        # temporary entries (learnt from broadcasts and 4addr frames), oldest first: they have a
+        # budget of their own and never take an announced client's place
+        self.temporary: OrderedDict[tuple[Mac, int], None] = OrderedDict()
+        self.orig_temporary: dict[Mac, int] = {}  # originator -> its temporary entries
         self.requests: dict[Mac, float] = {}  # originator -> when our TT request went out
         self.roam_counts: dict[Mac, tuple[float, int]] = {}  # client -> (first time, roams left)
         self.dirty_clients: set = set()  # global entries whose route may have changed
@@ -236,27 +272,113 @@ class TranslationTable:
 
     # --- global table -----------------------------------------------------------------------
 
+    def _orig_entry_added(self, entry: GlobalEntry, orig: Mac, oe: OrigEntry) -> None:
+        vlan = self.orig_vlans.setdefault(orig, {}).setdefault(entry.vid, OrigVlan())
+        vlan.entries += 1
+        if not entry.flags & _UNCOUNTED:
+            vlan.crc ^= tt_entry_crc(entry.addr, entry.vid, oe.flags)
+        if entry.flags & F.TEMP:
+            self.orig_temporary[orig] = self.orig_temporary.get(orig, 0) + 1
+
+    def _orig_entry_removed(self, entry: GlobalEntry, orig: Mac, oe: OrigEntry) -> None:
+        vlans = self.orig_vlans.get(orig, {})
+        vlan = vlans.get(entry.vid)
+        if vlan is not None:
+            vlan.entries -= 1
+            if not entry.flags & _UNCOUNTED:
+                vlan.crc ^= tt_entry_crc(entry.addr, entry.vid, oe.flags)
+            if not vlan.entries:
+                del vlans[entry.vid]
+                if not vlans:
+                    del self.orig_vlans[orig]
+        if entry.flags & F.TEMP:
+            self._count_temporary(orig, -1)
+
+    def _count_temporary(self, orig: Mac, delta: int) -> None:
+        count = self.orig_temporary.get(orig, 0) + delta
+        if count > 0:
+            self.orig_temporary[orig] = count
+        else:
+            self.orig_temporary.pop(orig, None)
+
+    def _flags_changed(self, entry: GlobalEntry, old: int) -> None:
+        """ROAM or TEMP of an entry changed: it joins or leaves its originators' CRCs and the
+        temporary budget."""
+        new = entry.flags
+        if bool(old & _UNCOUNTED) != bool(new & _UNCOUNTED):
+            for orig, oe in entry.origs.items():
+                self.orig_vlans[orig][entry.vid].crc ^= tt_entry_crc(entry.addr, entry.vid, oe.flags)
+        if (old ^ new) & F.TEMP:
+            key = (entry.addr, entry.vid)
+            if new & F.TEMP:
+                self.temporary[key] = None
+            else:
+                self.temporary.pop(key, None)
+            for orig in entry.origs:
+                self._count_temporary(orig, 1 if new & F.TEMP else -1)
+
+    def _global_new(self, key: tuple[Mac, int], flags: int, now: float) -> GlobalEntry:
+        entry = self.global_[key] = GlobalEntry(Mac(key[0]), key[1], flags, now, now if flags & F.ROAM else 0.0)
+        entry.table = self
+        if flags & F.TEMP:
+            self.temporary[key] = None
+        return entry
+
     def _global_free(self, entry: GlobalEntry) -> None:
         key = (entry.addr, entry.vid)
-        for orig in entry.origs:
+        for orig, oe in entry.origs.items():
             self.by_orig.get(orig, set()).discard(key)
+            self._orig_entry_removed(entry, orig, oe)
         entry.origs.clear()
-        self.global_.pop(key, None)
+        if self.global_.get(key) is entry:
+            del self.global_[key]
+            self.temporary.pop(key, None)
+        entry.table = None
         self.dirty_clients.add(key)
 
     def _global_del_orig_entry(self, entry: GlobalEntry, orig: Mac) -> None:
-        if entry.origs.pop(orig, None) is not None:
+        oe = entry.origs.pop(orig, None)
+        if oe is not None:
             self.by_orig.get(orig, set()).discard((entry.addr, entry.vid))
+            self._orig_entry_removed(entry, orig, oe)
             self.dirty_clients.add((entry.addr, entry.vid))
 
     def _global_add_orig_entry(self, entry: GlobalEntry, orig: Mac, ttvn: int, flags: int) -> None:
         oe = entry.origs.get(orig)
+        flags &= TT_SYNC_MASK
         if oe is None:
-            entry.origs[orig] = OrigEntry(ttvn, flags & TT_SYNC_MASK)
+            oe = entry.origs[orig] = OrigEntry(ttvn, flags)
             self.by_orig.setdefault(orig, set()).add((entry.addr, entry.vid))
+            self._orig_entry_added(entry, orig, oe)
         else:
-            oe.ttvn, oe.flags = ttvn, flags & TT_SYNC_MASK
+            if oe.flags != flags and not entry.flags & _UNCOUNTED:
+                self.orig_vlans[orig][entry.vid].crc ^= (tt_entry_crc(entry.addr, entry.vid, oe.flags)
+                                                         ^ tt_entry_crc(entry.addr, entry.vid, flags))
+            oe.ttvn, oe.flags = ttvn, flags
         self.dirty_clients.add((entry.addr, entry.vid))
+
+    def _announced(self, orig: Mac | None = None) -> int:
+        """Entries that are not temporary: all of them, or those of one originator."""
+        if orig is None:
+            return len(self.global_) - len(self.temporary)
+        return len(self.by_orig.get(orig, ())) - self.orig_temporary.get(orig, 0)
+
+    def _room_for_announced(self, orig: Mac, *, new: bool) -> bool:
+        cfg = self.mesh.config
+        if new and self._announced() >= cfg.max_global_tt_entries:
+            self.counters.drop("tt_global_table_full")
+            return False
+        if self._announced(orig) >= cfg.max_global_tt_entries_per_originator:
+            self.counters.drop("tt_global_originator_full")
+            return False
+        return True
+
+    def _make_room_for_temporary(self) -> None:
+        """The oldest temporary entries make room for a new one."""
+        limit = self.mesh.config.max_temporary_tt_entries
+        while self.temporary and len(self.temporary) >= limit:
+            self.counters.drop("tt_temporary_evicted")
+            self._global_free(self.global_[next(iter(self.temporary))])
 
     def global_add(self, now: float, orig: Mac, addr: Mac, vid: int, flags: int, ttvn: int) -> bool:
         """batadv_tt_global_add; False when the table limits refuse it."""
@@ -266,36 +388,33 @@ class TranslationTable:
             return True  # wait for a roaming advertisement instead
         entry = self.global_.get(key)
         if entry is None:
-            if len(self.global_) >= self.mesh.config.max_global_tt_entries:
-                self.counters.drop("tt_global_table_full")
-                return False
-            if len(self.by_orig.get(orig, ())) >= self.mesh.config.max_global_tt_entries_per_originator:
-                self.counters.drop("tt_global_originator_full")
-                return False
-            entry = self.global_[key] = GlobalEntry(Mac(addr), vid, flags, now, now if flags & F.ROAM else 0.0)
-        else:
             if flags & F.TEMP:
-                if not entry.flags & F.TEMP:
-                    return True  # temporary information never overrides a known client
-                if orig in entry.origs:
-                    return self._after_global_add(entry, addr, vid, flags)
+                self._make_room_for_temporary()
+            elif not self._room_for_announced(orig, new=True):
+                return False
+            entry = self._global_new(key, flags, now)
+        elif flags & F.TEMP:
+            if not entry.flags & F.TEMP:
+                return True  # temporary information never overrides a known client
+            if orig in entry.origs:
+                return self._after_global_add(entry, addr, vid, flags)
+            for other in list(entry.origs):
+                self._global_del_orig_entry(entry, other)
+        else:
+            # a temporary entry that gets announced needs room like a new one
+            temporary = bool(entry.flags & F.TEMP)
+            if (temporary or orig not in entry.origs) and not self._room_for_announced(orig, new=temporary):
+                return False
+            if temporary:
                 for other in list(entry.origs):
                     self._global_del_orig_entry(entry, other)
-            else:
-                if entry.flags & F.TEMP:
-                    for other in list(entry.origs):
-                        self._global_del_orig_entry(entry, other)
-                    entry.flags &= ~F.TEMP
-                entry.flags |= flags & ~TT_SYNC_MASK
-                if entry.flags & F.ROAM:
-                    for other in list(entry.origs):
-                        self._global_del_orig_entry(entry, other)
-                    entry.flags &= ~F.ROAM
-                    entry.roam_at = 0.0
-            if orig not in entry.origs and \
-                    len(self.by_orig.get(orig, ())) >= self.mesh.config.max_global_tt_entries_per_originator:
-                self.counters.drop("tt_global_originator_full")
-                return False
+                entry.flags &= ~F.TEMP
+            entry.flags |= flags & ~TT_SYNC_MASK
+            if entry.flags & F.ROAM:
+                for other in list(entry.origs):
+                    self._global_del_orig_entry(entry, other)
+                entry.flags &= ~F.ROAM
+                entry.roam_at = 0.0
         self._global_add_orig_entry(entry, orig, ttvn, flags)
         return self._after_global_add(entry, addr, vid, flags)
 
@@ -343,14 +462,11 @@ class TranslationTable:
             yield entry, entry.origs[orig]
 
     def update_orig_crc(self, orig_node) -> None:
-        """batadv_tt_global_update_crc: per VLAN of this originator, ROAM/TEMP excluded."""
-        crcs: dict[int, int] = {}
-        for entry, oe in self._orig_entries(orig_node.orig):
-            crcs.setdefault(entry.vid, 0)
-            if entry.flags & (F.ROAM | F.TEMP):
-                continue
-            crcs[entry.vid] ^= tt_entry_crc(entry.addr, entry.vid, oe.flags)
-        orig_node.tt_crcs = crcs
+        """batadv_tt_global_update_crc: per VLAN of this originator, ROAM/TEMP excluded. The
+        CRCs are kept as entries change; this takes the values that are to be compared with
+        the originator's next announcements (O(VLANs), not O(entries))."""
+        vlans = self.orig_vlans.get(orig_node.orig, {})
+        orig_node.tt_crcs = {vid: vlan.crc for vid, vlan in vlans.items()}
 
     @staticmethod
     def check_crc(orig_node, vlans: list[TtVlan]) -> bool:

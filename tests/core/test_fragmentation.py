@@ -43,7 +43,7 @@ def test_our_fragments_equal_the_kernels():
 
 def test_reassembled_packet_is_the_original_unicast():
     for parts in _kernel_fragments().values():
-        reassembly = Reassembly(Counters(), max_bytes=1 << 20, timeout=10.0)
+        reassembly = Reassembly(Counters(), MeshConfig(max_fragment_bytes=1 << 20))
         results = [reassembly.add(0.0, p) for _, p in parts]
         assert results[:-1] == [None] * (len(parts) - 1)
         packets, _ = decode_packets(results[-1])
@@ -57,7 +57,7 @@ def _frag(no, seqno=7, data=b"x" * 100, total=200, orig=A):
 
 def test_reassembly_rules():
     counters = Counters()
-    r = Reassembly(counters, max_bytes=1 << 20, timeout=10.0)
+    r = Reassembly(counters, MeshConfig(max_fragment_bytes=1 << 20))
     assert r.add(0.0, _frag(1, data=b"H" * 100)) is None
     assert r.add(0.0, _frag(1, data=b"H" * 100)) is None  # duplicate no
     assert counters["drop_fragment_duplicate"] == 1
@@ -81,7 +81,7 @@ def test_reassembly_rules():
 
 def test_reassembly_budget_evicts_the_oldest_chains():
     counters = Counters()
-    r = Reassembly(counters, max_bytes=1000, timeout=10.0)
+    r = Reassembly(counters, MeshConfig(max_fragment_bytes=1000))
     for i in range(30):  # 30 originators, each starting a 2-fragment packet
         r.add(float(i), _frag(0, orig=Mac(bytes([2, 0, 0, 0, 9, i]))))
     assert r.bytes <= 1000 and len(r.chains) == 10

@@ -33,8 +33,9 @@ The "primer" comes first: round-1 OGMs of the first 6,000 fake originators, more
 the default originator limit (5,000) and with 25 clients each more than the default
 global TT limit (100,000), then 3,000 large fragments of steady chains (3 MB, more than
 the default 2 MiB reassembly budget); the test sends it at a rate the daemon absorbs, so
-the tables are full before the blast. The first 512 fake originators (KNOWN) are the ones
-the fragment and broadcast kinds count on the target knowing.
+the tables are full before the blast. The last 512 primed fake originators (KNOWN) are the
+ones the fragment and broadcast kinds count on the target knowing: a full originator table
+evicts the least recently heard spoofed originators, so the newest are the ones it holds.
 
 `blast(sock, frames)` sends with plain `socket.send` in a tight loop (optionally paced).
 
@@ -74,7 +75,7 @@ FAKE_ORIGINATORS = 100_000
 CLIENTS_PER_ORIGINATOR = 25  # round 1: 100,000 x 25 = 2,500,000 fake clients
 PRIMED = 6_000  # OGMs of the first fake originators, sent first (slowly): they fill the tables
 PRIMER_FRAGMENTS = 3_000  # then fragments of steady chains: they fill the reassembly budget
-KNOWN = 512  # the first fake originators: surely known to the target (fragments, broadcasts)
+KNOWN = 512  # the last primed fake originators: surely known to the target (fragments, broadcasts)
 ETH_HLEN = 14
 MAX_FRAME = 1514  # fits any hard interface MTU >= 1500
 _ETHERTYPE = struct.pack("!H", ETH_P_BATMAN)
@@ -179,6 +180,9 @@ class Generator:
         self._bcast_seq: dict[bytes, list[int]] = {}
         self._bcast_client = 0
 
+    def _known_orig(self) -> Mac:
+        return fake_orig(max(0, self.primed - self.known) + self.rng.randrange(self.known))
+
     # --- random bytes ------------------------------------------------------------------------
 
     def _random_bytes(self, n: int) -> bytes:
@@ -272,7 +276,7 @@ class Generator:
         rng = self.rng
         r = 0.0 if steady else rng.random()
         if r < 0.7:
-            orig = fake_orig(rng.randrange(self.known))
+            orig = self._known_orig()
         elif r < 0.9 and self.t.real_origs:
             orig = rng.choice(self.t.real_origs)
         else:
@@ -299,7 +303,7 @@ class Generator:
         rng = self.rng
         r = rng.random()
         if r < 0.4:
-            orig = fake_orig(rng.randrange(self.known))
+            orig = self._known_orig()
         elif r < 0.6 and self.t.real_origs:
             orig = rng.choice(self.t.real_origs)
         elif r < 0.65:

@@ -74,7 +74,7 @@ PACKET_STATISTICS = 6
 PACKET_IGNORE_OUTGOING = 23
 SO_ATTACH_FILTER = 26
 # drop counters that show a limit biting: after the primer, and (all of them) at the checkpoint
-FULL_AFTER_PRIMER = ["drop_originator_table_full", "drop_tt_global_table_full", "drop_hardif_neighbour_table_full",
+FULL_AFTER_PRIMER = ["drop_originator_evicted", "drop_tt_global_table_full", "drop_hardif_neighbour_evicted",
                      "drop_fragment_buffer_full", "drop_tt_pending_requests_full"]
 FULL_AT_CHECKPOINT = FULL_AFTER_PRIMER + ["drop_ogm_forward_queue_full"]
 COUNTED_RX = ["rx_" + name for name in PACKET_TYPE_NAMES.values()] + ["rx_unknown_unicast"]
@@ -466,7 +466,7 @@ def test_storm_frames_move_the_counters_once_each(pcap_dir, seed):
             mesh.tick(1.0 + i / 10_000)
     assert not wrong, list(wrong.items())[:5]
     # the limits bit (the stream is hostile enough to fill them)
-    for reason in ("originator_table_full", "tt_global_table_full", "fragment_buffer_full", "malformed"):
+    for reason in ("originator_evicted", "tt_global_table_full", "fragment_buffer_full", "malformed"):
         assert mesh.counters["drop_" + reason] > 0, reason
 
 

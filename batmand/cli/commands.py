@@ -14,14 +14,16 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from batmand.daemon.options import parse_throughput
+from batmand.core import ping
+from batmand.core.config import HARDIF_SETTINGS
+from batmand.daemon import options
 
 from . import tables
 from .client import Client, ControlError, DaemonError, socket_path
 from .hosts import is_valid_unicast, load_bat_hosts, resolve_destination
 
 CLEAR_SCREEN = "\033[2J\033[0;0f"  # batctl's watch mode: clear, cursor to 0,0
-PING_COUNT_FOREVER = 2**31 - 1  # batctl's largest -c; no -c pings until Ctrl-C
+PING_COUNT_FOREVER = ping.COUNT.hi  # batctl's largest -c; no -c pings until Ctrl-C
 PING_TTL = 50
 TRACEROUTE_TIMEOUT = 2  # seconds per probe, as batctl traceroute
 
@@ -240,12 +242,13 @@ def _c_ulong(text: str) -> int:
     return value
 
 
-def _parse_uint(limit: int) -> Callable[[str], int]:
+def _parse_uint(setting, label: str) -> Callable[[str], int]:
+    """batctl's number syntax, then the daemon's range for the key (one schema)."""
     def parse(text: str) -> int:
-        value = _c_ulong(text)
-        if value > limit:
-            raise UsageError(f"the supplied argument is invalid: {text}")
-        return value
+        try:
+            return setting.parse(_c_ulong(text), label=label)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     return parse
 
 
@@ -268,12 +271,16 @@ class Setting:
     boolean: bool = False
 
 
-SETTINGS = (
-    Setting("orig_interval", "it", "OGM interval in ms (default 1000)", _parse_uint(2**32 - 1)),
-    Setting("hop_penalty", "hp", "hop penalty 0..255 (default 30)", _parse_uint(255)),
-    Setting("aggregation", "ag", "OGM aggregation 0|1", _parse_bool, boolean=True),
-    Setting("ap_isolation", "ap", "AP isolation 0|1", _parse_bool, boolean=True),
-)
+def _setting(s) -> Setting:
+    name, abbr = s.spec.batctl
+    boolean = isinstance(s.default, bool)
+    allowed = "0|1" if boolean else s.allowed.describe()
+    return Setting(name, abbr, f"{s.spec.help}: {allowed} (default {int(s.default) if boolean else s.default})",
+                   _parse_bool if boolean else _parse_uint(s, name), boolean)
+
+
+# the daemon's settings that batctl has a command for (loglevel has its own, below)
+SETTINGS = tuple(_setting(s) for s in options.SETTINGS.values() if s.spec.batctl and s.name != "loglevel")
 
 
 def run_setting(args) -> int:
@@ -289,14 +296,13 @@ def run_setting(args) -> int:
     return 0
 
 
-HARDIF_SETTINGS = {"elp_interval": "et", "throughput_override": "to", "hop_penalty": "hp"}
-
-
 def run_hardif(args) -> int:
-    names = {**{v: k for k, v in HARDIF_SETTINGS.items()}, **{k: k for k in HARDIF_SETTINGS}}
+    names = {name: s for s in HARDIF_SETTINGS.values() for name in (s.name, s.spec.batctl[1])}
     if args.setting not in names:
-        raise UsageError(f"unknown hard-interface setting {args.setting} (et, to, hp)")
-    setting = names[args.setting]
+        raise UsageError(f"unknown hard-interface setting {args.setting} "
+                         f"({', '.join(s.spec.batctl[1] for s in HARDIF_SETTINGS.values())})")
+    schema = names[args.setting]
+    setting = schema.name
     client = client_for(args)
     if args.value is None:
         value = client.request("hardif_get", {"ifname": args.ifname, "setting": setting})
@@ -307,11 +313,11 @@ def run_hardif(args) -> int:
         return 0
     if setting == "throughput_override":
         try:
-            value = parse_throughput(args.value)
+            value = schema.parse(args.value)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     else:
-        value = _parse_uint(255 if setting == "hop_penalty" else 2**32 - 1)(args.value)
+        value = _parse_uint(schema, setting)(args.value)
     client.request("hardif_set", {"ifname": args.ifname, "setting": setting, "value": value})
     return 0
 
@@ -433,21 +439,16 @@ def run_traceroute(args) -> int:
 # argparse
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid value: {text}") from None
-    if value < 1 or value > 2**31 - 1:
-        raise argparse.ArgumentTypeError(f"invalid value: {text}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = _nonnegative_float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"invalid ping interval '{text}'")
-    return min(max(value, 0.001), 1e9)
+def _ping_arg(allowed, integer: bool = False) -> Callable[[str], float]:
+    """A ping option checked against the range the daemon takes (batmand.core.ping)."""
+    def parse(text: str):
+        if integer and not text.strip().lstrip("-").isdigit():  # batctl's -c and -t are whole numbers
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+        try:
+            return allowed.parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return parse
 
 
 def add_parsers(subparsers) -> None:
@@ -500,9 +501,11 @@ def add_parsers(subparsers) -> None:
     p.set_defaults(func=run_loglevel)
 
     p = subparsers.add_parser("ping", aliases=["p"], help="ping another batman-adv node via layer 2")
-    p.add_argument("-c", dest="count", type=_positive_int, help="ping packet count (default: until Ctrl-C)")
-    p.add_argument("-i", dest="interval", type=_positive_float, help="interval in seconds")
-    p.add_argument("-t", dest="timeout", type=_positive_int, default=1, help="timeout in seconds (default 1)")
+    p.add_argument("-c", dest="count", type=_ping_arg(ping.COUNT, integer=True),
+                   help="ping packet count (default: until Ctrl-C)")
+    p.add_argument("-i", dest="interval", type=_ping_arg(ping.INTERVAL), help="interval in seconds")
+    p.add_argument("-t", dest="timeout", type=_ping_arg(ping.TIMEOUT, integer=True), default=1,
+                   help="timeout in seconds (default 1)")
     p.add_argument("-R", dest="record_route", action="store_true", help="record route")
     p.add_argument("-T", dest="no_translate", action="store_true",
                    help="don't try to translate the MAC to its originator")

@@ -84,14 +84,14 @@ class Throughput(Range):
     def parse(self, raw):
         if isinstance(raw, bool):
             raise ValueError(f"expected a throughput, got {raw!r}")
-        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(kbit|mbit|gbit)?\s*", str(raw).lower())
+        match = re.fullmatch(r"\s*(-?\d+(?:\.\d+)?)\s*(kbit|mbit|gbit)?\s*", str(raw).lower())
         if not match:
             raise ValueError(f"expected a throughput (e.g. 500kbit, 100mbit, 1gbit), got {raw!r}")
         factor = {"kbit": 1, "mbit": 1000, "gbit": 1_000_000, None: 1}[match[2]]
         return super().parse(int(float(match[1]) * factor))
 
     def describe(self) -> str:
-        return f"{super().describe()}, e.g. 100mbit; 0 estimates"
+        return f"{super().describe()}, also as mbit or gbit"
 
 
 @dataclass(frozen=True)
@@ -176,7 +176,7 @@ class ListOf:
 
 
 # the kernel's dev_valid_name: 1..15 bytes, not "." or "..", no "/", ":" or white space
-IFNAME = Text(r"(?!\.\.?$)[^/:\s]{1,15}", "an interface name (1..15 characters, no '/', ':' or spaces)")
+IFNAME = Text(r"(?!\.\.?$)[^/:\s]{1,15}", "an interface name (1..15 characters)")
 FLAG = Flag()
 
 
@@ -272,27 +272,27 @@ class MeshConfig:
     tt_local_timeout_ms: int = setting(600_000, Range(1_000, INT_MAX, _MS), help="local clients not seen for this")
     tt_roam_timeout_ms: int = setting(600_000, Range(1_000, INT_MAX, _MS), help="roaming clients")
     tt_temp_timeout_ms: int = setting(600_000, Range(1_000, INT_MAX, _MS), help="temporary clients (from broadcasts)")
-    tt_request_timeout_ms: int = setting(3_000, Range(100, INT_MAX, _MS), help="a TT request unanswered for this is resent")
+    tt_request_timeout_ms: int = setting(3_000, Range(100, INT_MAX, _MS), help="unanswered TT requests are resent")
     # work periods: zero would spin the timer
     tt_work_period_ms: int = setting(5_000, Range(100, INT_MAX, _MS), help="TT purge period")
     orig_work_period_ms: int = setting(1_000, Range(100, INT_MAX, _MS), help="originator purge period")
     reset_protection_ms: int = setting(30_000, Range(0, INT_MAX, _MS), help="seqno reset protection window")
-    frag_timeout_ms: int = setting(10_000, Range(100, INT_MAX, _MS), help="incomplete fragment chains are dropped after this")
+    frag_timeout_ms: int = setting(10_000, Range(100, INT_MAX, _MS), help="incomplete fragment chains are dropped")
 
     # limits on what peers can make us store (ours; counted when they bite). At least one
     # entry: a table of none would lock the mesh out for good.
-    max_originators: int = setting(5_000, Range(1, 1_000_000))
-    max_neighbours_per_originator: int = setting(64, Range(1, 10_000))
-    max_hardif_neighbours: int = setting(1_000, Range(1, 100_000))
-    max_global_tt_entries: int = setting(100_000, Range(1, 10_000_000))
-    max_global_tt_entries_per_originator: int = setting(2_000, Range(1, 1_000_000))
+    max_originators: int = setting(5_000, Range(1, 1_000_000), help="originators kept")
+    max_neighbours_per_originator: int = setting(64, Range(1, 10_000), help="neighbours kept per originator")
+    max_hardif_neighbours: int = setting(1_000, Range(1, 100_000), help="neighbours kept per hard interface")
+    max_global_tt_entries: int = setting(100_000, Range(1, 10_000_000), help="clients of other nodes kept")
+    max_global_tt_entries_per_originator: int = setting(2_000, Range(1, 1_000_000), help="... per originator")
     # senders of broadcasts and 4addr frames nobody announced yet have their own budget, oldest
     # evicted first, so that spoofed broadcasts (flooded on to every node) never take an
     # announced client's place; a real sender is announced within a few OGM intervals, so this
     # covers 10,000 new senders per few seconds at a tenth of the global table's memory
     max_temporary_tt_entries: int = setting(10_000, Range(1, 10_000_000),
                                             help="temporary clients kept (learnt from broadcasts)")
-    max_pending_tt_requests: int = setting(1_000, Range(1, 100_000))
+    max_pending_tt_requests: int = setting(1_000, Range(1, 100_000), help="TT requests waiting for an answer")
     max_forward_queue: int = setting(256, Range(1, 65_536),
                                      help="forwarded OGMs waiting to go out (BATADV_BATMAN_QUEUE_LEN)")
     max_bcast_queue: int = setting(256, Range(1, 65_536), help="broadcasts waiting to go out (BATADV_BCAST_QUEUE_LEN)")

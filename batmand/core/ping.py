@@ -8,7 +8,18 @@ from dataclasses import dataclass, field
 
 from batmand.wire import IcmpMsgType, Mac
 
+from .config import INT_MAX, Range
 from .events import IcmpResult
+
+SEQNOS = 1 << 16  # the ICMP seqno field; batctl's counter wraps the same way (htons(++seq_counter))
+# What a session may be asked for: batctl's -c is an int and its -i/-t whole seconds from 1
+# (an int); we also take fractions of a second, down to a millisecond. TTL: the u8 field; 1
+# is answered by the first hop (traceroute's first probe).
+COUNT = Range(1, INT_MAX)
+INTERVAL = Range(0.001, INT_MAX, "s", real=True)
+TIMEOUT = Range(0.001, INT_MAX, "s", real=True)
+TTL_RANGE = Range(1, 255)
+SEQNO = Range(0, SEQNOS - 1)
 
 
 @dataclass
@@ -27,31 +38,38 @@ _KINDS = {IcmpMsgType.ECHO_REPLY: "reply", IcmpMsgType.DESTINATION_UNREACHABLE: 
 
 @dataclass
 class PingSession:
-    """`count` probes to `dst`, `interval` apart, each waited for `timeout` seconds."""
+    """`count` probes to `dst`, `interval` apart, each waited for `timeout` seconds. Seqnos
+    count from `first_seqno` (batctl's 1) and wrap at 16 bits."""
 
     dst: Mac
     uid: int
     count: int = 5
     interval: float = 1.0
     timeout: float = 1.0
+    first_seqno: int = 1
     sent: dict[int, float] = field(default_factory=dict)  # seqno -> send time, still open
     results: list[PingReply] = field(default_factory=list)
-    next_seqno: int = 1
+    probes: int = 0  # sent so far
     next_send: float = 0.0
 
     def due(self, now: float) -> list[int]:
         """Seqnos to send now (at most one per call, paced by `interval`); expires old probes."""
         for seqno, at in list(self.sent.items()):
             if now - at >= self.timeout:
-                del self.sent[seqno]
-                self.results.append(PingReply(seqno, "timeout"))
-        if self.next_seqno > self.count or now < self.next_send:
+                self._timed_out(seqno)
+        if self.probes >= self.count or now < self.next_send:
             return []
-        seqno = self.next_seqno
-        self.next_seqno += 1
+        seqno = (self.first_seqno + self.probes) % SEQNOS
+        self.probes += 1
         self.next_send = now + self.interval
+        if seqno in self.sent:  # 65536 probes later its reply can no longer be told apart
+            self._timed_out(seqno)
         self.sent[seqno] = now
         return [seqno]
+
+    def _timed_out(self, seqno: int) -> None:
+        del self.sent[seqno]
+        self.results.append(PingReply(seqno, "timeout"))
 
     def on_result(self, result: IcmpResult) -> PingReply | None:
         if result.uid != self.uid or result.seqno not in self.sent:
@@ -64,7 +82,7 @@ class PingSession:
 
     @property
     def finished(self) -> bool:
-        return self.next_seqno > self.count and not self.sent
+        return self.probes >= self.count and not self.sent
 
     @property
     def log(self) -> list[PingReply]:
@@ -73,13 +91,13 @@ class PingSession:
 
     def next_deadline(self) -> float:
         times = [at + self.timeout for at in self.sent.values()]
-        if self.next_seqno <= self.count:
+        if self.probes < self.count:
             times.append(self.next_send)
         return min(times, default=float("inf"))
 
     def summary(self) -> dict:
         rtts = [r.rtt * 1000 for r in self.results if r.kind == "reply"]
-        transmitted = len([r for r in self.results]) + len(self.sent)
+        transmitted = self.probes
         out = {"transmitted": transmitted, "received": len(rtts),
                "loss_percent": round(100 * (transmitted - len(rtts)) / transmitted) if transmitted else 0}
         if rtts:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import grp
 import logging
 import os
@@ -11,22 +12,16 @@ import pwd
 import socket
 import struct
 
+from batmand.core import ping
+from batmand.core.config import FLAG, HARDIF_SETTINGS, SettingError, check_rules
 from batmand.core.ping import PingSession, TracerouteSession
 from batmand.wire import Mac
+from batmand.wire.constants import TTL
 
-from . import protocol, tables
+from . import options, protocol, tables
 from .links import sysfs_int
 
 log = logging.getLogger("batmand.control")
-
-SETTINGS = {
-    "orig_interval": ("orig_interval_ms", int),
-    "hop_penalty": ("hop_penalty", int),
-    "aggregation": ("aggregation", bool),
-    "ap_isolation": ("ap_isolation", bool),
-    "loglevel": ("loglevel", str),
-}
-LOGLEVELS = ("none", "all", "batman", "routes", "tt", "bla", "dat", "mcast", "tp")
 
 
 class CommandError(Exception):
@@ -38,6 +33,17 @@ def _mac(value) -> Mac:
         return Mac(str(value))
     except ValueError:
         raise CommandError(f"not a MAC address: {value}") from None
+
+
+def _arg(args, name: str, allowed, default):
+    """A request argument checked against its range; absent (or null): the default."""
+    raw = args.get(name)
+    if raw is None:
+        return default
+    try:
+        return allowed.parse(raw)
+    except ValueError as exc:
+        raise CommandError(f"{name}: {exc}") from None
 
 
 def _peer_credentials(writer) -> tuple[int, int, int] | None:
@@ -57,6 +63,8 @@ class ControlServer:
         self.server: asyncio.AbstractServer | None = None
         self._gid: int | None = None
         self._members: set[str] = set()
+        self._clients: set[asyncio.StreamWriter] = set()
+        self._refusing = False  # at MAX_CLIENTS: logged once until a connection is accepted again
 
     async def start(self) -> None:
         if self.group:
@@ -118,16 +126,32 @@ class ControlServer:
                 os.unlink(self.path)
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        logged = False
+        logged = [False]  # once per connection: a confused client must not flood the log
         try:
             if not self._allowed(writer):
                 log.warning("control socket: refused a client without permission %s", _peer_credentials(writer))
                 writer.write(protocol.encode({"ok": False, "error": "permission denied"}))
                 await writer.drain()
                 return
+            if len(self._clients) >= protocol.MAX_CLIENTS:
+                if not self._refusing:
+                    log.warning("control socket: %d connections open; refusing more until one closes",
+                                protocol.MAX_CLIENTS)
+                    self._refusing = True
+                writer.write(protocol.encode({"ok": False, "error": f"batmand serves at most {protocol.MAX_CLIENTS} "
+                                                                    "control connections at once; try again later"}))
+                await writer.drain()
+                return
+            self._refusing = False
+            self._clients.add(writer)
             while True:
                 try:
-                    line = await reader.readline()
+                    line = await asyncio.wait_for(reader.readline(), protocol.IDLE_TIMEOUT)
+                except asyncio.TimeoutError:
+                    writer.write(protocol.encode({"ok": False, "error": f"no request for {protocol.IDLE_TIMEOUT:g} s; "
+                                                                        "connection closed"}))
+                    await writer.drain()
+                    return
                 except (asyncio.LimitOverrunError, ValueError):
                     writer.write(protocol.encode({"ok": False, "error": f"request larger than {self.max_request} bytes"}))
                     await writer.drain()
@@ -135,27 +159,42 @@ class ControlServer:
                     return
                 if not line:
                     break
-                try:
-                    request = protocol.decode(line)
-                    cmd, args = request.get("cmd"), request.get("args") or {}
-                    handler = getattr(self, f"cmd_{cmd}", None) if isinstance(cmd, str) else None
-                    if handler is None:
-                        raise CommandError(f"unknown command {cmd!r}")
-                    result = await handler(args, writer)
-                    reply = {"ok": True, "result": result}
-                except CommandError as exc:
-                    reply = {"ok": False, "error": str(exc)}
-                except (ValueError, TypeError) as exc:
-                    reply = {"ok": False, "error": f"bad request: {exc}"}
-                    if not logged:  # once per connection: a confused client must not flood the log
-                        log.warning("control socket: malformed request (%s)", exc)
-                        logged = True
-                writer.write(protocol.encode(reply))
+                writer.write(protocol.encode(await self._answer(line, writer, logged)))
                 await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
+            self._clients.discard(writer)
             writer.close()
+
+    async def _answer(self, line: bytes, writer, logged: list) -> dict:
+        """The reply to one request line; nothing a client sends gets past this as an exception."""
+        cmd = None
+        try:
+            request = protocol.decode(line)
+            cmd, args = request.get("cmd"), request.get("args")
+            handler = getattr(self, f"cmd_{cmd}", None) if isinstance(cmd, str) else None
+            if handler is None:
+                raise CommandError(f"unknown command {cmd!r}")
+            if args is None:
+                args = {}
+            if not isinstance(args, dict):
+                raise CommandError(f"{cmd}: args must be a JSON object, got {type(args).__name__}")
+            return {"ok": True, "result": await handler(args, writer)}
+        except CommandError as exc:
+            return {"ok": False, "error": str(exc)}
+        except (ValueError, TypeError) as exc:
+            if not logged[0]:
+                log.warning("control socket: malformed request (%s)", exc)
+                logged[0] = True
+            return {"ok": False, "error": f"bad request: {exc}"}
+        except (ConnectionError, asyncio.IncompleteReadError):
+            raise
+        except Exception:  # a bug: the client gets an answer, the daemon keeps serving
+            if not logged[0]:
+                log.exception("control socket: %s failed", cmd)
+                logged[0] = True
+            return {"ok": False, "error": f"{cmd}: internal error (see the daemon's log)"}
 
     # --- listings -------------------------------------------------------------------------
 
@@ -207,10 +246,11 @@ class ControlServer:
         iface = self.service.mesh.iface(str(args.get("ifname")))
         if iface is None:
             raise CommandError(f"{args.get('ifname')} is not part of {self.service.options.meshif}")
-        setting = args.get("setting")
-        if setting not in ("elp_interval", "throughput_override", "hop_penalty"):
-            raise CommandError(f"unknown hard-interface setting {setting!r}")
-        return iface, setting
+        setting = HARDIF_SETTINGS.get(args.get("setting"))
+        if setting is None:
+            raise CommandError(f"unknown hard-interface setting {args.get('setting')!r} "
+                               f"(known: {', '.join(HARDIF_SETTINGS)})")
+        return iface, setting.name
 
     async def cmd_hardif_get(self, args, writer):
         iface, setting = self._hardif(args)
@@ -223,13 +263,13 @@ class ControlServer:
     async def cmd_hardif_set(self, args, writer):
         iface, setting = self._hardif(args)
         try:
-            value = int(args.get("value"))
-        except (TypeError, ValueError):
-            raise CommandError(f"{setting}: expected a number") from None
-        if value < 0 or (setting == "hop_penalty" and value > 255):
-            raise CommandError(f"{setting}: out of range")
+            value = HARDIF_SETTINGS[setting].parse(args.get("value"))
+            if setting == "elp_interval":
+                check_rules(self.service.mesh.config, {setting: value})
+        except SettingError as exc:
+            raise CommandError(str(exc)) from None
         if setting == "elp_interval":
-            iface.elp_interval_ms = max(value, 1)
+            iface.elp_interval_ms = value
         elif setting == "throughput_override":
             iface.throughput_override = value // 100
         else:
@@ -239,40 +279,35 @@ class ControlServer:
 
     # --- settings ---------------------------------------------------------------------------
 
+    def _setting(self, args):
+        setting = options.lookup(args.get("setting"))
+        if setting is None:
+            raise CommandError(f"unknown setting {args.get('setting')!r}")
+        return setting
+
     async def cmd_get(self, args, writer):
-        name = args.get("setting")
-        if name not in SETTINGS:
-            raise CommandError(f"unknown setting {name!r}")
-        field, kind = SETTINGS[name]
-        value = getattr(self.service.mesh.config, field)
-        return int(value) if kind is bool else value
+        value = options.value_of(self.service.options, self._setting(args))
+        return int(value) if isinstance(value, bool) else value
 
     async def cmd_set(self, args, writer):
-        name, value = args.get("setting"), args.get("value")
-        if name not in SETTINGS:
-            raise CommandError(f"unknown setting {name!r}")
-        field, kind = SETTINGS[name]
-        if kind is bool:
-            if str(value).lower() not in ("0", "1", "enable", "disable", "enabled", "disabled", "true", "false"):
-                raise CommandError(f"{name}: expected 0 or 1")
-            value = str(value).lower() in ("1", "enable", "enabled", "true")
-        elif kind is int:
-            try:
-                value = int(value)
-            except (TypeError, ValueError):
-                raise CommandError(f"{name}: expected a number") from None
-            if name == "hop_penalty" and not 0 <= value <= 255:
-                raise CommandError("hop_penalty: 0..255")
-            if name == "orig_interval" and not 40 <= value <= 2 ** 31:
-                raise CommandError("orig_interval: at least 40 ms")
-        else:
-            levels = str(value).split()
-            if any(level not in LOGLEVELS for level in levels):
-                raise CommandError(f"loglevel: choose from {' '.join(LOGLEVELS)}")
-            value = " ".join(levels)
-        setattr(self.service.mesh.config, field, value)
-        log.info("setting %s changed to %s", name, value)
-        return await self.cmd_get({"setting": name}, writer)
+        """A live mesh setting, checked against its range and the rules between keys."""
+        setting = self._setting(args)
+        if not setting.live:
+            raise CommandError(f"{setting.name} cannot change while batmand runs: set it in the configuration file; "
+                               "it takes effect after a restart")
+        if setting.scope != "mesh":
+            raise CommandError(f"{setting.name}: add and remove interfaces with if_add / if_del")
+        running = self.service.options.mesh  # the mesh's own config
+        elps = {f"{i.name} elp_interval": i.elp_interval_ms for i in self.service.mesh.ifaces}
+        try:
+            value = setting.parse(args.get("value"))
+            check_rules(dataclasses.replace(running, **{setting.name: value}),
+                        elps | options.elp_intervals(self.service.options.hardif), changed=setting.name)
+        except SettingError as exc:
+            raise CommandError(str(exc)) from None
+        options.store(self.service.options, setting, value)
+        log.info("setting %s changed to %s", setting.name, value)
+        return await self.cmd_get({"setting": setting.name}, writer)
 
     # --- interfaces ---------------------------------------------------------------------------
 
@@ -333,10 +368,11 @@ class ControlServer:
 
     async def cmd_ping(self, args, writer):
         dst = _mac(args.get("dst"))
-        session = PingSession(dst=dst, uid=self.service.new_uid(), count=int(args.get("count") or 5),
-                              interval=float(args.get("interval") or 1.0), timeout=float(args.get("timeout") or 1.0))
-        ttl = int(args.get("ttl") or 50)
-        record_route = bool(args.get("record_route"))
+        count, interval = _arg(args, "count", ping.COUNT, 5), _arg(args, "interval", ping.INTERVAL, 1.0)
+        timeout, ttl = _arg(args, "timeout", ping.TIMEOUT, 1.0), _arg(args, "ttl", ping.TTL_RANGE, TTL)
+        first_seqno, record_route = _arg(args, "seqno", ping.SEQNO, 1), _arg(args, "record_route", FLAG, False)
+        session = PingSession(dst=dst, uid=self.service.new_uid(), count=count, interval=interval, timeout=timeout,
+                              first_seqno=first_seqno)
 
         def probe(seqno):
             self.service.ping(dst, seqno=seqno, uid=session.uid, ttl=ttl, record_route=record_route)
@@ -351,7 +387,8 @@ class ControlServer:
 
     async def cmd_traceroute(self, args, writer):
         dst = _mac(args.get("dst"))
-        session = TracerouteSession(dst=dst, uid=self.service.new_uid(), timeout=float(args.get("timeout") or 1.0))
+        timeout = _arg(args, "timeout", ping.TIMEOUT, 1.0)
+        session = TracerouteSession(dst=dst, uid=self.service.new_uid(), timeout=timeout)
         hop_of = {}
 
         def probe(item):

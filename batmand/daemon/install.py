@@ -3,41 +3,48 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import shutil
 import sys
 from pathlib import Path
 
-from batmand.core.config import MeshConfig
+from batmand.core.config import HARDIF_SETTINGS, MESH_SETTINGS
+
+from .options import DAEMON_SETTINGS
 
 UNIT = Path(__file__).resolve().parent.parent.parent / "systemd" / "batmand@.service"
 PACKAGED_UNIT = Path(__file__).resolve().parent / "batmand@.service"
 
 
 def sample_config() -> str:
-    """Every configuration key with its default (the kernel's, where the kernel has one)."""
+    """Every configuration key with its default (the kernel's, where the kernel has one), what
+    it allows and whether a change needs a restart: written from the settings schema."""
     lines = ["# /etc/batmand/<meshif>.toml - batmand settings for one mesh interface.",
-             "# Every key may also be given as `batmand --set key=value`. Defaults are shown.", "",
-             '# interfaces = ["eth0"]        # hard interfaces; the first is the primary',
-             '# state_dir = "/var/lib/batmand"',
-             '# control_group = ""          # a group that may use the control socket (mode 0660)',
-             "# control_max_request = 65536", "",
-             '# The data plane (see README, "The data plane"):',
-             '# workers = "auto"            # worker processes, one per CPU; 0 runs the data plane inline',
-             "# gro = true                  # coalesce TCP segments delivered to the host into GSO frames",
-             "# tso = true                  # accept TSO super-frames from the host, segment them in the workers",
-             "# csum_offload = true         # leave partial checksums to the kernel (TAP and the hard interfaces)",
-             '# rx_ring = "v2"              # PACKET_MMAP receive ring: v2 (a wake-up per burst) or v3 (block timer)',
-             ""]
-    for f in dataclasses.fields(MeshConfig):
-        value = f.default
-        text = f'"{value}"' if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else value
-        lines.append(f"# {f.name} = {text}")
-    lines += ["", "# per hard interface (B.A.T.M.A.N. V metric, ELP, penalty):",
-              "# [hardif.eth0]", '# throughput_override = "0"   # e.g. "100mbit"; 0 = estimate',
-              "# elp_interval = 500", "# hop_penalty = 0", ""]
-    return "\n".join(lines)
+             "# Every key may also be given as `batmand --set key=value`. Defaults are shown, then",
+             "# what a key allows; [restart]: a change takes effect after a restart, the others on SIGHUP.", ""]
+    for settings in (DAEMON_SETTINGS, MESH_SETTINGS):
+        for s in settings.values():
+            if s.spec.section:
+                lines += ["", f"# {s.spec.section}"]
+            lines.append(_sample_line(s))
+        lines.append("")
+    lines += ["# per hard interface:", "# [hardif.eth0]"]
+    lines += [_sample_line(s) for s in HARDIF_SETTINGS.values()]
+    return "\n".join(lines + [""])
+
+
+def _sample_line(s) -> str:
+    value = s.spec.example if s.spec.example is not None else _toml(s.default)
+    about = "; ".join(part for part in (s.spec.help, s.allowed.describe()) if part)
+    return f"# {s.name} = {value}".ljust(42) + f"  # {about}" + ("" if s.live else " [restart]")
+
+
+def _toml(value) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return f'"{value}"'
+    return str(value)
 
 
 def unit_text(executable: str) -> str:

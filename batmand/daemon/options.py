@@ -1,43 +1,96 @@
 """Daemon options: command line, TOML file per mesh interface, kernel defaults.
 
 Every key of the TOML file can also be given on the command line (`--set key=value`);
-the command line wins. Mesh settings are the fields of batmand.core.config.MeshConfig."""
+the command line wins. SETTINGS is the schema of every key: the daemon's own (Options,
+below) and the mesh's (batmand.core.config.MeshConfig); HARDIF_SETTINGS those of each
+hard interface ([hardif.IFACE]). Every value is checked here, against its range and the
+rules between keys, before anything is created: a bad one is refused naming the key."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import grp
 import os
-import re
 import tomllib
 from dataclasses import dataclass, field
 
-from batmand.core.config import MeshConfig
+from batmand.core.config import (FLAG, HARDIF_SETTINGS, IFNAME, MESH_SETTINGS, Choice, ListOf, MeshConfig, Range,
+                                 Setting, SettingError, Text, check_rules, setting, settings_of)
 
 from .protocol import default_socket_path
 
-DAEMON_KEYS = {"interfaces", "workers", "control_socket", "meshif", "mac", "state_dir", "control_group",
-               "control_max_request", "gro", "tso", "csum_offload", "rx_ring"}
-RX_RINGS = ("v2", "v3")
-HARDIF_KEYS = {"elp_interval", "throughput_override", "hop_penalty"}
+MAX_WORKERS = 64
+
+
+class Workers(Range):
+    """0 (inline) to MAX_WORKERS processes, or "auto": one per CPU."""
+
+    def parse(self, raw):
+        if isinstance(raw, str) and raw.strip().lower() == "auto":
+            return auto_workers()
+        return super().parse(raw)
+
+    def describe(self) -> str:
+        return f"{super().describe()}, or auto"
+
+
+def auto_workers() -> int:
+    return min(os.cpu_count() or 1, MAX_WORKERS)
+
+
+class UnicastMac(Text):
+    def parse(self, raw):
+        if raw == "":
+            return None
+        value = super().parse(raw)
+        if value is not None and (int(value[:2], 16) & 1 or not int(value.replace(":", ""), 16)):
+            raise ValueError(f"{raw!r} is not allowed ({self.describe()})")
+        return value
+
+
+class GroupName(Text):
+    def parse(self, raw):
+        value = super().parse(raw)
+        if value:
+            try:
+                grp.getgrnam(value)
+            except KeyError:
+                raise ValueError(f"group {value!r} does not exist") from None
+        return value
+
+
+_DATA_PLANE = 'The data plane (see README, "The data plane"):'
 
 
 @dataclass
 class Options:
-    meshif: str = "bat0"
-    interfaces: list[str] = field(default_factory=list)
-    control_socket: str | None = None
-    workers: int = field(default_factory=lambda: os.cpu_count() or 1)  # data-plane processes; 0 = inline
-    gro: bool = True  # coalesce TCP segments delivered to the host into GSO frames
-    tso: bool = True  # take TSO super-frames from the host and segment them in the data plane
-    csum_offload: bool = True  # leave partial checksums to the kernel (TAP and PACKET_VNET_HDR)
-    rx_ring: str = "v2"  # PACKET_MMAP receive ring: v2 (per-frame wake-up) or v3 (blocks)
-    mac: str | None = None  # soft interface MAC; random locally administered when unset
-    state_dir: str | None = None  # seqnos kept across restarts ("" disables; default below)
-    control_group: str = ""  # a group allowed to use the control socket (mode 0660)
-    control_max_request: int = 65536  # bytes per control request line
+    meshif: str = setting("bat0", IFNAME, live=False, help="the mesh (soft) interface")
+    interfaces: list[str] = setting(allowed=ListOf(IFNAME), factory=list, example='["eth0"]',
+                                    help="hard interfaces; the first is the primary")
+    control_socket: str | None = setting(None, Text(r"[^\0]*", "a path or @NAME, at most 107 bytes", optional=True,
+                                                    max_bytes=107), live=False, example='"@batmand/bat0"',
+                                         help="default: @batmand/<meshif>, one per network namespace")
+    state_dir: str | None = setting(None, Text(r"(/[^\0]*)?", 'an absolute path ("" keeps no state)', optional=True),
+                                    live=False, example='"/var/lib/batmand"', help="seqnos kept across restarts")
+    control_group: str = setting("", GroupName(r"[^\s:]*", 'an existing group, or ""'), live=False,
+                                 help="a group that may use the control socket")
+    control_max_request: int = setting(65536, Range(1024, 16 * 1024 * 1024, "bytes"), live=False,
+                                       help="the longest control request line")
+    mac: str | None = setting(None, UnicastMac(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}", "a unicast MAC address",
+                                               optional=True), live=False, example='"02:00:00:00:00:01"',
+                              help="soft interface MAC (default: a random locally administered one)")
+    workers: int = setting(allowed=Workers(0, MAX_WORKERS), factory=auto_workers, live=False, example='"auto"',
+                           section=_DATA_PLANE, help="worker processes, one per CPU; 0 runs the data plane inline")
+    gro: bool = setting(True, FLAG, live=False, help="coalesce TCP segments delivered to the host into GSO frames")
+    tso: bool = setting(True, FLAG, live=False,
+                        help="accept TSO super-frames from the host, segment them in the workers")
+    csum_offload: bool = setting(True, FLAG, live=False,
+                                 help="leave partial checksums to the kernel (TAP and the hard interfaces)")
+    rx_ring: str = setting("v2", Choice(("v2", "v3")), live=False,
+                           help="PACKET_MMAP receive ring: v2 (a wake-up per burst) or v3 (block timer)")
+    # not settings: what the keys above fill in
     mesh: MeshConfig = field(default_factory=MeshConfig)
-    # per hard interface: {"eth0": {"throughput_override": kbit/s, "elp_interval": ms, "hop_penalty": n}}
+    # per hard interface, the keys given: {"eth0": {"throughput_override": kbit/s, "elp_interval": ms, ...}}
     hardif: dict = field(default_factory=dict)
     argv: list | None = None  # the command line, to read the configuration again on SIGHUP
 
@@ -56,70 +109,73 @@ class Options:
         return "/var/lib/batmand"
 
 
+DAEMON_SETTINGS = settings_of(Options, "daemon")
+SETTINGS: dict[str, Setting] = {**DAEMON_SETTINGS, **MESH_SETTINGS}
+assert len(SETTINGS) == len(DAEMON_SETTINGS) + len(MESH_SETTINGS), "a daemon key shadows a mesh key"
+# batctl's names for the keys that have another one (orig_interval is orig_interval_ms)
+BATCTL_NAMES = {s.spec.batctl[0]: s for s in SETTINGS.values() if s.spec.batctl}
+
+
 class OptionsError(ValueError):
     pass
 
 
-def _convert(name: str, raw, current):
-    """Coerce a TOML or command-line value to the type of the default."""
-    if isinstance(current, bool):
-        if isinstance(raw, bool):
-            return raw
-        if str(raw).lower() in ("1", "true", "yes", "on", "enabled"):
-            return True
-        if str(raw).lower() in ("0", "false", "no", "off", "disabled"):
-            return False
-        raise OptionsError(f"{name}: expected a boolean, got {raw!r}")
-    if isinstance(current, int):
-        try:
-            return int(raw)
-        except (TypeError, ValueError):
-            raise OptionsError(f"{name}: expected an integer, got {raw!r}") from None
-    if isinstance(current, list):
-        return list(raw) if isinstance(raw, list) else [x for x in str(raw).split(",") if x]
-    return raw if raw is None else str(raw)
+def lookup(name) -> Setting | None:
+    """A key by its name or batctl's."""
+    return SETTINGS.get(name) or BATCTL_NAMES.get(name) if isinstance(name, str) else None
+
+
+def value_of(options: Options, setting: Setting):
+    return getattr(options.mesh if setting.scope == "mesh" else options, setting.name)
+
+
+def store(options: Options, setting: Setting, value) -> None:
+    setattr(options.mesh if setting.scope == "mesh" else options, setting.name, value)
+
+
+def elp_intervals(hardif: dict) -> dict[str, int]:
+    """The configured elp_interval of each hard interface, for check_rules."""
+    return {f"hardif.{ifname}.elp_interval": values["elp_interval"]
+            for ifname, values in hardif.items() if "elp_interval" in values}
 
 
 def _apply(options: Options, values: dict, source: str) -> None:
-    mesh_fields = {f.name: f for f in dataclasses.fields(MeshConfig)}
     for key, raw in values.items():
-        if key == "hardif" and isinstance(raw, dict):
-            for ifname, settings in raw.items():
-                for name, value in (settings or {}).items():
+        if key == "hardif":
+            if not isinstance(raw, dict) or not all(isinstance(t, dict) for t in raw.values()):
+                raise OptionsError(f"{source}: hardif: expected one table per interface ([hardif.eth0])")
+            for ifname, table in raw.items():
+                for name, value in table.items():
                     _apply_hardif(options, ifname, name, value, source)
-        elif key.startswith("hardif.") and key.count(".") == 2:
-            _, ifname, name = key.split(".")
-            _apply_hardif(options, ifname, name, raw, source)
-        elif key == "workers" and str(raw).lower() == "auto":
-            options.workers = os.cpu_count() or 1
-        elif key in DAEMON_KEYS:
-            current = getattr(options, key)
-            value = _convert(key, raw, current if current is not None else "")
-            setattr(options, key, value)
-        elif key in mesh_fields:
-            setattr(options.mesh, key, _convert(key, raw, getattr(options.mesh, key)))
+        elif key.startswith("hardif."):
+            parts = key.split(".")
+            if len(parts) != 3:
+                raise OptionsError(f"{source}: expected hardif.IFACE.KEY, got {key!r}")
+            _apply_hardif(options, parts[1], parts[2], raw, source)
         else:
-            raise OptionsError(f"{source}: unknown setting {key!r}")
+            setting = SETTINGS.get(key)
+            if setting is None:
+                raise OptionsError(f"{source}: unknown setting {key!r}")
+            try:
+                store(options, setting, setting.parse(raw))
+            except SettingError as exc:
+                raise OptionsError(f"{source}: {exc}") from None
 
 
-def parse_throughput(value) -> int:
-    """kbit/s from batctl's throughput syntax: a number (kbit), or with kbit/mbit/gbit.
-    Also used by batmanctl; raises ValueError."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(kbit|mbit|gbit)?\s*", str(value).lower())
-    if not match:
-        raise ValueError(f"invalid throughput: {value} (e.g. 500kbit, 100mbit, 1gbit)")
-    factor = {"kbit": 1, "mbit": 1000, "gbit": 1_000_000, None: 1}[match[2]]
-    return int(float(match[1]) * factor)
-
-
-def _apply_hardif(options: Options, ifname: str, name: str, value, source: str) -> None:
-    if name not in HARDIF_KEYS:
-        raise OptionsError(f"{source}: unknown hard-interface setting {name!r} (for {ifname})")
+def _apply_hardif(options: Options, ifname: str, name: str, raw, source: str) -> None:
+    setting = HARDIF_SETTINGS.get(name)
+    if setting is None:
+        raise OptionsError(f"{source}: unknown hard-interface setting {name!r} (for {ifname}; "
+                           f"known: {', '.join(HARDIF_SETTINGS)})")
     try:
-        number = parse_throughput(value) if name == "throughput_override" else int(value)
-    except (TypeError, ValueError):
-        raise OptionsError(f"{source}: {ifname}.{name}: not a number: {value!r}") from None
-    options.hardif.setdefault(ifname, {})[name] = number
+        IFNAME.parse(ifname)
+    except ValueError as exc:
+        raise OptionsError(f"{source}: hardif: {exc}") from None
+    try:
+        value = setting.parse(raw, label=f"hardif.{ifname}.{name}")
+    except SettingError as exc:
+        raise OptionsError(f"{source}: {exc}") from None
+    options.hardif.setdefault(ifname, {})[name] = value
 
 
 def parser() -> argparse.ArgumentParser:
@@ -132,7 +188,7 @@ def parser() -> argparse.ArgumentParser:
                         "(default @batmand/<meshif>, one per network namespace)")
     p.add_argument("--workers", help="data-plane worker processes: a number, or auto (the default: one per CPU); "
                                      "0 runs the data plane inline")
-    p.add_argument("--routing-algo", choices=["BATMAN_IV", "BATMAN_V"], help="routing algorithm")
+    p.add_argument("--routing-algo", choices=MESH_SETTINGS["routing_algo"].allowed.values, help="routing algorithm")
     p.add_argument("--state-dir", metavar="DIR", help="where seqnos are kept across restarts")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any configuration key")
     return p
@@ -177,8 +233,8 @@ def _load(args) -> Options:
     if args.state_dir is not None:
         cli["state_dir"] = args.state_dir
     _apply(options, cli, "command line")
-    if not 0 <= options.workers <= 64:
-        raise OptionsError(f"workers: expected 0 (inline) to 64, got {options.workers}")
-    if options.rx_ring not in RX_RINGS:
-        raise OptionsError(f"rx_ring: expected one of {', '.join(RX_RINGS)}, got {options.rx_ring!r}")
+    try:
+        check_rules(options.mesh, elp_intervals(options.hardif))
+    except SettingError as exc:
+        raise OptionsError(str(exc)) from None
     return options

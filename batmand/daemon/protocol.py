@@ -10,7 +10,10 @@ Messages are JSON objects, one per line (UTF-8, "\\n" terminated).
 Request:   {"cmd": NAME, "args": {...}}
 Response:  {"ok": true, "result": ...}  or  {"ok": false, "error": "message"}
 Streaming commands (ping, traceroute) first send any number of {"event": {...}} lines,
-then the final {"ok": ...} line.
+then the final {"ok": ...} line. A connection may carry many requests, one after the other.
+The daemon serves at most MAX_CLIENTS connections at once (more are answered with an error
+and closed) and closes one that sends no request for IDLE_TIMEOUT seconds (a stream in
+progress is not idle).
 
 Commands and results (keys follow batctl's netlink/JSON attribute names):
 - mesh_info -> {"version", "algo", "meshif", "meshif_mac", "primary_if", "primary_mac", "ttvn"}
@@ -27,12 +30,18 @@ Commands and results (keys follow batctl's netlink/JSON attribute names):
 - statistics -> {"tx": n, ..., "drop_<reason>": n}  (batctl s names first)
 - routing_algos -> {"active": {meshif: algo}, "selected": algo, "available": [algo, ...]}
 - get {"setting"} -> value;  set {"setting", "value"} -> value
-  settings: orig_interval (ms), hop_penalty (0..255), aggregation (0/1), ap_isolation (0/1),
-  loglevel (batctl level names)
+  setting: any configuration key (batmand.daemon.options.SETTINGS; booleans read as 0/1), or
+  batctl's name for it (orig_interval is orig_interval_ms). `set` takes the keys that change
+  while running (live), checked against the key's range; the others take effect after a
+  restart and are refused.
+- hardif_get {"ifname", "setting"} / hardif_set {"ifname", "setting", "value"} -> value
+  setting: elp_interval (ms), throughput_override (kbit/s), hop_penalty
 - translate {"target": MAC} -> {"orig_address": MAC} (an originator itself, or the best
   originator announcing that client MAC)
 - if_add {"ifname"} / if_del {"ifname"} -> interfaces
-- ping {"dst": MAC, "count", "interval", "timeout", "ttl", "record_route"}
+- ping {"dst": MAC, "count", "interval", "timeout", "ttl", "record_route", "seqno"}
+  count 1..2**31-1 (default 5), interval and timeout in seconds 0.001..2**31-1 (default 1),
+  ttl 1..255 (default 50), seqno: the first probe's (0..65535, default 1; seqnos wrap at 16 bits)
   events: {"type": "reply"|"timeout"|"unreachable"|"ttl_exceeded", "seqno", "ttl", "rtt_ms", "from", "rr": [MAC]}
   result: {"transmitted", "received", "loss_percent", "min", "avg", "max", "mdev"}
 - traceroute {"dst": MAC, "timeout"}
@@ -51,8 +60,17 @@ def encode(message: dict) -> bytes:
     return json.dumps(message, separators=(",", ":")).encode(ENCODING) + b"\n"
 
 
+MAX_CLIENTS = 64
+IDLE_TIMEOUT = 10.0  # seconds; batmanctl sends its request right after connecting
+
+
 def decode(line: bytes) -> dict:
-    message = json.loads(line.decode(ENCODING))
+    """A request or answer; ValueError if it is not one (also when nested too deeply for
+    the parser)."""
+    try:
+        message = json.loads(line.decode(ENCODING))
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
     if not isinstance(message, dict):
         raise ValueError("a control message is a JSON object")
     return message

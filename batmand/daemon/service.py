@@ -17,6 +17,7 @@ import signal
 import socket
 import time
 
+from batmand.core.config import HARDIF_SETTINGS
 from batmand.core.events import Deliver, ForwardingUpdate, IcmpResult, Transmit
 from batmand.core.mesh import Mesh
 from batmand.wire import Mac
@@ -206,7 +207,7 @@ class Service:
 
     def reload(self) -> None:
         """SIGHUP: read the configuration again; apply what can change while running."""
-        from .options import OptionsError, load
+        from .options import SETTINGS, OptionsError, load, store, value_of
 
         self.notifier.send(RELOADING=1)
         try:
@@ -215,15 +216,17 @@ class Service:
             log.error("reload failed, keeping the running configuration: %s", exc)
             self.notifier.send(READY=1)
             return
-        fixed = ("routing_algo", "mtu")
-        for name in fixed:
-            if getattr(new.mesh, name) != getattr(self.options.mesh, name):
-                log.warning("%s changed in the configuration; it takes effect after a restart", name)
-                setattr(new.mesh, name, getattr(self.options.mesh, name))
-        for key in ("meshif", "control_socket", "mac", "state_dir", "workers", "gro", "tso", "csum_offload", "rx_ring"):
-            if getattr(new, key) != getattr(self.options, key):
-                log.warning("%s changed in the configuration; it takes effect after a restart", key)
-        self.mesh.config.__dict__.update(new.mesh.__dict__)
+        for setting in SETTINGS.values():  # self.options.mesh is the running mesh.config
+            if setting.name == "interfaces":
+                continue  # attached and removed below
+            running, wanted = value_of(self.options, setting), value_of(new, setting)
+            if wanted == running:
+                continue
+            if setting.live:
+                store(self.options, setting, wanted)
+                log.info("%s changed to %s", setting.name, wanted)
+            else:
+                log.warning("%s changed in the configuration; it takes effect after a restart", setting.name)
         self.options.hardif = new.hardif
         for ifname in set(new.interfaces) - self.wanted:
             self.wanted.add(ifname)
@@ -306,10 +309,10 @@ class Service:
 
     def _apply_hardif_settings(self, iface) -> None:
         """The configured per-interface settings, or the kernel's defaults."""
-        settings = self.options.hardif.get(iface.name, {})
-        iface.throughput_override = settings.get("throughput_override", 0) // 100  # 100 kbit/s units
-        iface.elp_interval_ms = settings.get("elp_interval", 500)
-        iface.hop_penalty = settings.get("hop_penalty", 0)
+        settings = {name: s.default for name, s in HARDIF_SETTINGS.items()} | self.options.hardif.get(iface.name, {})
+        iface.throughput_override = settings["throughput_override"] // 100  # 100 kbit/s units
+        iface.elp_interval_ms = settings["elp_interval"]
+        iface.hop_penalty = settings["hop_penalty"]
 
     def _refresh_speed(self, iface) -> None:
         """What B.A.T.M.A.N. V estimates links from when there is no override: the stations

@@ -433,7 +433,7 @@ def test_settings(daemon, capsys):
     assert values["aggregation"] == 0 and values["orig_interval"] == 500 and values["hop_penalty"] == 15
     assert run(capsys, "--socket", daemon.path, "ag")[1] == "disabled\n"
     rc, _, err = run(capsys, "--socket", daemon.path, "hp", "256")
-    assert rc == 1 and "invalid: 256" in err
+    assert rc == 1 and "hop_penalty: 256 is out of range (0..255)" in err
     rc, _, err = run(capsys, "--socket", daemon.path, "ap", "maybe")
     assert rc == 1
     out = run(capsys, "--socket", daemon.path, "ll")[1].splitlines()
@@ -444,6 +444,46 @@ def test_settings(daemon, capsys):
     assert values["loglevel"] == "all"
     rc, _, err = run(capsys, "--socket", daemon.path, "ll", "loud")
     assert rc == 1 and "unknown log level: loud" in err
+
+
+def test_setting_ranges_are_the_daemons(daemon, capsys):
+    """batmanctl checks a value against the daemon's schema before sending it: the same
+    range, and a message naming the setting and the range."""
+    daemon.answers["set"] = lambda args, send: send({"ok": True, "result": args["value"]})
+    daemon.answers["hardif_set"] = lambda args, send: send({"ok": True, "result": args["value"]})
+    refused = [
+        (("it", "2147483648"), "orig_interval: 2147483648 is out of range (40..2147483647 ms)"),
+        (("it", "39"), "orig_interval: 39 is out of range (40..2147483647 ms)"),
+        (("hp", "256"), "hop_penalty: 256 is out of range (0..255)"),
+        (("hardif", "e0", "hp", "256"), "hop_penalty: 256 is out of range (0..255)"),
+        (("hardif", "e0", "et", "39"), "elp_interval: 39 is out of range (40..2147483647 ms)"),
+        (("hardif", "e0", "to", "5tbit"), "throughput_override: expected a throughput"),
+        (("hardif", "e0", "to", "500000gbit"), "throughput_override: 500000000000 is out of range"),
+    ]
+    for argv, message in refused:
+        rc, _, err = run(capsys, "--socket", daemon.path, *argv)
+        assert rc == 1 and err.startswith(f"batmanctl: {message}"), (argv, err)
+    assert "set" not in daemon.commands() and "hardif_set" not in daemon.commands()
+    assert run(capsys, "--socket", daemon.path, "it", "2147483647") == (0, "", "")
+    assert run(capsys, "--socket", daemon.path, "hardif", "e0", "et", "40") == (0, "", "")
+    assert [r["args"]["value"] for r in daemon.requests if r["cmd"] in ("set", "hardif_set")] == [2147483647, 40]
+
+
+@pytest.mark.parametrize("option,value,message", [
+    ("-i", "0.0001", "argument -i: 0.0001 is out of range (0.001..2147483647 s)"),
+    ("-i", "1e12", "argument -i: 1000000000000 is out of range (0.001..2147483647 s)"),
+    ("-i", "-1", "argument -i: -1 is out of range"),
+    ("-i", "nan", "argument -i: expected a finite number"),
+    ("-c", "0", "argument -c: 0 is out of range (1..2147483647)"),
+    ("-c", "2147483648", "argument -c: 2147483648 is out of range (1..2147483647)"),
+    ("-t", "0", "argument -t: 0 is out of range (0.001..2147483647 s)"),
+    ("-t", "1.5", "argument -t: expected a whole number, got '1.5'"),
+])
+def test_ping_options_out_of_range(daemon, capsys, option, value, message):
+    with pytest.raises(SystemExit) as exited:
+        main(["--socket", daemon.path, "ping", option, value, "02:ba:de:af:fe:03"])
+    assert exited.value.code == 2 and message in capsys.readouterr().err
+    assert "ping" not in daemon.commands()
 
 
 def test_interface_add_del_and_translate(daemon, capsys):

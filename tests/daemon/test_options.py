@@ -1,6 +1,22 @@
+"""The settings: the TOML file, --set, kernel defaults, and the schema every entry point
+checks (ranges, rules between keys, live or restart)."""
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import pytest
 
-from batmand.daemon.options import OptionsError, load
+from batmand.core.config import (HARDIF_SETTINGS, MESH_SETTINGS, Choice, Flag, HardifConfig, Levels, ListOf,
+                                 MeshConfig, Range, Text)
+from batmand.daemon.options import DAEMON_SETTINGS, SETTINGS, Options, OptionsError, load
+from tests.daemon.control_client import RawClient
+from tests.daemon.labs import make_lab, orig_mac, originators, wait_for
+from tests.netns import in_netns, ip, namespace
 
 
 def test_defaults_are_the_kernels(tmp_path):
@@ -60,3 +76,224 @@ def test_data_plane_settings():
                 ["--set", "gro=maybe"]):
         with pytest.raises(OptionsError):
             load(bad)
+
+
+# ---------------------------------------------------------------------------------------
+# the settings schema: every key has a range, checked in one place for the TOML file,
+# --set, the control socket and batmanctl
+
+BATMAND = [sys.executable, "-m", "batmand.daemon_main"]
+NOT_SETTINGS = {"mesh", "hardif", "argv"}  # Options fields the keys fill in
+# out-of-range strings for keys whose range is a pattern (a TOML string and a --set word)
+BAD_TEXT = {"meshif": "bat/0", "interfaces": ["an-interface-name-too-long"], "control_socket": "/" + "s" * 120,
+            "state_dir": "relative/dir", "control_group": "no-such-group-here", "mac": "01:00:5e:00:00:01"}
+
+
+def _all_settings():
+    return [*SETTINGS.values(), *HARDIF_SETTINGS.values()]
+
+
+def test_every_key_is_in_the_schema_with_a_range():
+    """Adding a field to MeshConfig, HardifConfig or Options without a range fails here."""
+    assert [f.name for f in dataclasses.fields(MeshConfig)] == list(MESH_SETTINGS)
+    assert [f.name for f in dataclasses.fields(HardifConfig)] == list(HARDIF_SETTINGS)
+    assert [f.name for f in dataclasses.fields(Options) if f.name not in NOT_SETTINGS] == list(DAEMON_SETTINGS)
+    for s in _all_settings():
+        assert isinstance(s.allowed, (Range, Flag, Choice, Levels, Text, ListOf)), s.name
+        assert s.allowed.describe(), s.name
+        if isinstance(s.default, bool):
+            assert isinstance(s.allowed, Flag), s.name
+        elif isinstance(s.default, int):
+            assert isinstance(s.allowed, Range) and s.allowed.lo <= s.default <= s.allowed.hi, s.name
+        assert s.allowed.parse(s.default) == s.default, s.name  # the default is allowed
+        if isinstance(s.allowed, (Text, ListOf)):
+            assert s.name in BAD_TEXT, f"{s.name}: add an out-of-range example to BAD_TEXT"
+
+
+def _bad_values(s) -> list:
+    """Values just outside what a key allows."""
+    a = s.allowed
+    if isinstance(a, Range):
+        return [a.lo - 1, a.hi + 1]
+    if isinstance(a, Flag):
+        return ["maybe"]
+    if isinstance(a, (Choice, Levels)):
+        return ["nonsense"]
+    return [BAD_TEXT[s.name]]
+
+
+def _expected(s, bad, label=None) -> str:
+    label = label or s.name
+    return f"{label}: {bad} is out of range ({s.allowed.describe()})" if isinstance(s.allowed, Range) else f"{label}: "
+
+
+@pytest.mark.parametrize("key", [s.name for s in SETTINGS.values()])
+def test_every_range_is_enforced_in_the_file_and_on_the_command_line(tmp_path, key):
+    s = SETTINGS[key]
+    for bad in _bad_values(s):
+        with pytest.raises(OptionsError) as refused:
+            load(["--config", str(_write(tmp_path, f"{key} = {json.dumps(bad)}\n"))])
+        assert str(refused.value).startswith(f"{tmp_path / 'bat0.toml'}: {_expected(s, bad)}"), refused.value
+        if isinstance(bad, list):
+            bad = ",".join(bad)
+        with pytest.raises(OptionsError) as refused:
+            load(["--config", str(_write(tmp_path, "")), "--set", f"{key}={bad}"])
+        assert str(refused.value).startswith(f"command line: {_expected(s, bad)}"), refused.value
+        if isinstance(s.allowed, Range):
+            assert s.allowed.describe() in str(refused.value)
+
+
+@pytest.mark.parametrize("key", list(HARDIF_SETTINGS))
+def test_every_hard_interface_range_is_enforced(tmp_path, key):
+    s = HARDIF_SETTINGS[key]
+    for bad in (s.allowed.lo - 1, s.allowed.hi + 1, "lots"):
+        label = f"hardif.eth0.{key}"
+        with pytest.raises(OptionsError, match=f"bat0.toml: {label}: ") as refused:
+            load(["--config", str(_write(tmp_path, f"[hardif.eth0]\n{key} = {json.dumps(bad)}\n"))])
+        if bad != "lots":
+            assert _expected(s, bad, label) in str(refused.value)
+        with pytest.raises(OptionsError, match=f"command line: {label}: "):
+            load(["--config", str(_write(tmp_path, "")), "--set", f"{label}={bad}"])
+
+
+def test_rules_between_keys(tmp_path):
+    # the jitter the issue found crashing the start, and the intervals it must fit into
+    with pytest.raises(OptionsError, match=r"jitter_ms: 0 is out of range \(2\.\.250 ms\)"):
+        load(["--set", "jitter_ms=0"])
+    with pytest.raises(OptionsError, match=r"jitter_ms: 1 is out of range"):
+        load(["--set", "jitter_ms=1"])
+    with pytest.raises(OptionsError, match=r"orig_interval_ms: 50 is out of range \(60\.\.2147483647 ms: at least "
+                                           r"twice jitter_ms = 30\)"):
+        load(["--set", "jitter_ms=30", "--set", "orig_interval_ms=50"])
+    with pytest.raises(OptionsError, match=r"hardif\.e0\.elp_interval: 50 is out of range \(60\.\."):
+        load(["--set", "jitter_ms=30", "--set", "hardif.e0.elp_interval=50"])
+    ok = load(["--set", "jitter_ms=30", "--set", "orig_interval_ms=60", "--set", "hardif.e0.elp_interval=60",
+               "--set", "hardif.e0.throughput_override=100mbit"])
+    assert (ok.mesh.jitter_ms, ok.mesh.orig_interval_ms, ok.hardif) == (
+        30, 60, {"e0": {"elp_interval": 60, "throughput_override": 100_000}})
+
+
+@pytest.fixture
+def veth_ns():
+    with namespace() as ns:
+        ip("link", "add", "e0", "mtu", "1560", "type", "veth", "peer", "name", "p0", "mtu", "1560", netns=ns)
+        ip("link", "set", "p0", "up", netns=ns)
+        yield ns
+
+
+@pytest.mark.parametrize("setting,message", [
+    ("jitter_ms=0", "jitter_ms: 0 is out of range (2..250 ms)"),
+    ("jitter_ms=1", "jitter_ms: 1 is out of range (2..250 ms)"),
+    ("hop_penalty=300", "hop_penalty: 300 is out of range (0..255)"),
+    ("orig_interval_ms=0", "orig_interval_ms: 0 is out of range (40..2147483647 ms)"),
+])
+def test_a_bad_value_is_refused_before_anything_is_created(veth_ns, tmp_path, setting, message):
+    sock = tmp_path / "bat0.sock"
+    proc = subprocess.Popen(in_netns(veth_ns, [*BATMAND, "-i", "e0", "--workers", "0", "--control-socket", str(sock),
+                                               "--set", setting]), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    try:
+        output = proc.communicate(timeout=15)[0]
+    finally:
+        if proc.poll() is None:  # it started (the bug): stop it
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 2, output
+    assert message in output
+    assert "bat0" not in ip("-j", "link", "show", netns=veth_ns)
+    assert not sock.exists() and not list(tmp_path.iterdir())  # no socket, no lock, no state
+
+
+@pytest.fixture
+def daemon(veth_ns, tmp_path):
+    """batmand on e0 with a control socket at a file path; yields (namespace, socket path, log path)."""
+    sock, log_path = str(tmp_path / "bat0.sock"), tmp_path / "batmand.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(in_netns(veth_ns, [*BATMAND, "-i", "e0", "--workers", "0", "--control-socket", sock,
+                                                   "--set", "orig_interval_ms=200"]), stdout=log,
+                                stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: os.path.exists(sock) and proc.poll() is None, timeout=15)
+        yield veth_ns, sock, log_path
+        assert proc.poll() is None, log_path.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def test_every_range_is_enforced_over_the_control_socket(daemon):
+    ns, sock, log_path = daemon
+    with RawClient(sock) as ctl:
+        def refused(cmd, **args) -> str:
+            _, reply = ctl.request(cmd, **args)
+            assert reply["ok"] is False, (cmd, args, reply)
+            return reply["error"]
+
+        for s in SETTINGS.values():
+            _, got = ctl.request("get", setting=s.name)
+            current = got["result"]
+            if not s.live:
+                assert "takes effect after a restart" in refused("set", setting=s.name, value=current), s.name
+                continue
+            if s.scope != "mesh":  # interfaces: if_add / if_del
+                assert "if_add" in refused("set", setting=s.name, value=current)
+                continue
+            for bad in _bad_values(s):
+                assert refused("set", setting=s.name, value=bad).startswith(_expected(s, bad)), (s.name, bad)
+            _, reply = ctl.request("set", setting=s.name, value=current)  # a good value is taken
+            assert reply == {"ok": True, "result": current}, (s.name, reply)
+        # batctl's name for a key, and the rules between keys
+        assert refused("set", setting="orig_interval", value=39) == "orig_interval_ms: 39 is out of range " \
+                                                                    "(40..2147483647 ms)"
+        assert ctl.request("set", setting="orig_interval", value=50)[1] == {"ok": True, "result": 50}
+        assert refused("set", setting="jitter_ms", value=30).startswith(
+            "jitter_ms: 30 is out of range (2..25 ms: orig_interval_ms is 50")
+        assert ctl.request("set", setting="orig_interval_ms", value=200)[1]["ok"]
+        # per hard interface
+        for s in HARDIF_SETTINGS.values():
+            for bad in (s.allowed.lo - 1, s.allowed.hi + 1):
+                error = refused("hardif_set", ifname="e0", setting=s.name, value=bad)
+                assert error == _expected(s, bad), error
+            assert "expected" in refused("hardif_set", ifname="e0", setting=s.name, value="lots")
+        assert ctl.request("hardif_set", ifname="e0", setting="hop_penalty", value=255)[1] == {"ok": True,
+                                                                                               "result": 255}
+        assert ctl.request("set", setting="jitter_ms", value=100)[1]["ok"]
+        assert refused("hardif_set", ifname="e0", setting="elp_interval", value=150).startswith(
+            "elp_interval: 150 is out of range (200..2147483647 ms: at least twice jitter_ms = 100)")
+    assert "hop_penalty: 300" not in log_path.read_text()  # refused values are not logged as set
+
+
+def test_sighup_applies_every_key_or_says_it_needs_a_restart(tmp_path):
+    """n1 keeps one originator (max_originators = 1) of the two it hears; SIGHUP with a
+    larger limit lets the other in. A changed restart-only key is logged as such."""
+    with make_lab("line3", orig_interval_ms=200, workers=0) as lab:
+        lab.topology.nodes["n1"].batmand["max_originators"] = 1
+        lab.config_path("n1").write_text(_daemon_config(lab, "n1"))
+        lab.start()
+        far = {orig_mac(lab, "n2"), orig_mac(lab, "n3")}
+        known = lambda: {r["orig_address"] for r in originators(lab, "n1")}  # noqa: E731
+        wait_for(lambda: len(known()) == 1, timeout=20)
+        time.sleep(1.0)  # five OGM intervals: the other one stays out
+        assert len(known()) == 1
+        lab.topology.nodes["n1"].batmand.update(max_originators=5, rx_ring="v3", control_max_request=4096)
+        lab.config_path("n1").write_text(_daemon_config(lab, "n1"))
+        os.kill(lab.pids["n1"], signal.SIGHUP)
+        wait_for(lambda: known() == far, timeout=20)
+        log = lab.log_path("n1").read_text()
+        for key in ("rx_ring", "control_max_request"):
+            assert f"{key} changed in the configuration; it takes effect after a restart" in log
+        assert "max_originators changed to 5" in log
+        with RawClient(lab.control_socket("n1"), netns=lab.ns("n1")) as ctl:
+            assert ctl.request("get", setting="max_originators")[1] == {"ok": True, "result": 5}
+            assert ctl.request("get", setting="rx_ring")[1] == {"ok": True, "result": "v2"}  # still the running one
+
+
+def _daemon_config(lab, node) -> str:
+    from batmand.lab.topology import dumps_toml
+
+    return dumps_toml(lab.topology.daemon_config(node))

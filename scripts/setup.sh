@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(python3 python3-venv python3-dev gcc iproute2 tshark nftables iputils-ping iperf3
               # kernel nodes (scripts/kernel-node-setup.sh): QEMU, the guest's static busybox,
               # depmod for the downloaded kernel's modules; cpio for a test of our archives
-              qemu-system-x86 busybox-static kmod cpio)
+              qemu-system-x86 busybox-static kmod cpio
+              # the unit's seccomp restrictions, applied without systemd (tests/daemon/unit_sandbox.py)
+              python3-seccomp)
 
 ./scripts/apt-install.sh setup "${APT_PACKAGES[@]}"
 

@@ -47,9 +47,38 @@ def _toml(value) -> str:
     return str(value)
 
 
+HOME_DIRS = ("/root", "/home", "/run/user")  # what ProtectHome=yes hides from the service
+
+
+def _interpreter(executable: str) -> str | None:
+    """The #! interpreter of a console script (a venv's python)."""
+    try:
+        with open(executable, "rb") as f:
+            first = f.readline(4096)
+    except OSError:
+        return None
+    words = first[2:].split() if first.startswith(b"#!") else []
+    return words[0].decode(errors="replace") if words else None
+
+
+def paths_in_home(executable: str) -> list[str]:
+    """What the service runs from that lies in a home directory: the script, its interpreter
+    (symlinks followed: a venv's python may point into ~/.pyenv) and this batmand package."""
+    candidates = [executable, os.path.realpath(executable), str(Path(__file__).resolve().parent.parent)]
+    interpreter = _interpreter(executable)
+    if interpreter:
+        candidates += [interpreter, os.path.realpath(interpreter)]
+    return sorted({c for c in candidates if any(c == h or c.startswith(h + "/") for h in HOME_DIRS)})
+
+
 def unit_text(executable: str) -> str:
     source = UNIT if UNIT.exists() else PACKAGED_UNIT
-    return source.read_text().replace("/usr/local/bin/batmand", executable)
+    text = source.read_text().replace("/usr/local/bin/batmand", executable)
+    home = paths_in_home(executable)
+    if home:  # ProtectHome=yes would hide the program itself and the service could not start
+        text = text.replace("ProtectHome=yes\n", f"# read-only, not hidden: batmand runs from {', '.join(home)}\n"
+                            "ProtectHome=read-only\n")
+    return text
 
 
 def main(argv: list[str]) -> int:
@@ -65,5 +94,10 @@ def main(argv: list[str]) -> int:
     config.mkdir(parents=True, exist_ok=True)
     (config / "batmand.toml.example").write_text(sample_config())
     print(f"installed {unit} (ExecStart {executable}) and {config / 'batmand.toml.example'}")
+    home = paths_in_home(executable)
+    if home:
+        print(f"note: ProtectHome=read-only instead of yes, since batmand runs from {', '.join(home)}: the "
+              "service can read (not write) home directories. Install batmand outside /root, /home and "
+              "/run/user (e.g. a venv in /opt/batmand) to hide them.")
     print("next: write /etc/batmand/bat0.toml, then `systemctl daemon-reload && systemctl enable --now batmand@bat0`")
     return 0

@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -201,9 +202,14 @@ def _status(pid: int) -> dict:
 
 def test_daemon_runs_under_the_units_restrictions(installed_unit, tmp_path):
     """Two namespaces, one veth: both daemons (one worker in a, two in b) come up as the unit
-    runs them, make bat0, exchange OGMs, carry pings both ways, reload and stop cleanly."""
+    runs them (READY=1 to a notify socket that lies on a read-only file system for them), make
+    bat0, exchange OGMs, carry pings both ways, reload and stop cleanly."""
     executable = exec_start(installed_unit)
     procs, logs, cgroups = {}, {}, {}
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(tmp_path / "notify"))
+    notify.settimeout(20)
+    env = dict(os.environ, NOTIFY_SOCKET=str(tmp_path / "notify"), WATCHDOG_USEC="10000000")
     try:
         with namespace() as a, namespace() as b:
             ip("link", "add", "vA", "mtu", "1560", "type", "veth", "peer", "name", "vB", "mtu", "1560", netns=a)
@@ -217,7 +223,8 @@ def test_daemon_runs_under_the_units_restrictions(installed_unit, tmp_path):
                 cgroups[ns] = _pids_cgroup(f"batmand-test-{os.getpid()}-{ifname}")  # TasksMax per instance
                 procs[ns] = subprocess.Popen(in_netns(ns, sandboxed(installed_unit, state, argv,
                                                                      cgroups[ns] and cgroups[ns].name)),
-                                             stdout=logs[ns], stderr=subprocess.STDOUT, text=True)
+                                             stdout=logs[ns], stderr=subprocess.STDOUT, text=True,
+                                             env=env if ns == a else None)
 
             def ctl(ns, *args):
                 return subprocess.run(in_netns(ns, [*BATMANCTL, *args]), capture_output=True, text=True, timeout=30)
@@ -227,6 +234,8 @@ def test_daemon_runs_under_the_units_restrictions(installed_unit, tmp_path):
                 assert procs[ns].poll() is None, Path(logs[ns].name).read_text()
                 return True
 
+            while "READY=1" not in notify.recv(4096).decode().split("\n"):  # a timeout raises
+                pass
             for n, ns in enumerate((a, b), start=1):
                 wait_for(lambda: running(ns) and ctl(ns, "if").returncode == 0, timeout=20)
                 ip("addr", "add", f"10.99.0.{n}/24", "dev", "bat0", netns=ns)
@@ -264,6 +273,7 @@ def test_daemon_runs_under_the_units_restrictions(installed_unit, tmp_path):
                 proc.wait()
         for log in logs.values():
             log.close()
+        notify.close()
         for cgroup in cgroups.values():
             if cgroup:
                 with contextlib.suppress(OSError):

@@ -53,6 +53,7 @@ PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN = 65, 1
 PROT_WRITE, PROT_EXEC, SHM_EXEC = 2, 4, 0o100000
 S_ISUID, S_ISGID, O_CREAT = 0o4000, 0o2000, 0o100
 SCHED_FIFO, SCHED_RR, SCHED_DEADLINE, SCHED_RESET_ON_FORK = 1, 2, 6, 0x40000000
+AF_MAX = 46
 CLOSED_DEVICES = ("null", "zero", "full", "random", "urandom", "tty")  # DevicePolicy=closed
 CAPS = {"CAP_NET_ADMIN": 12, "CAP_NET_RAW": 13}
 
@@ -247,7 +248,11 @@ def drop_privileges(settings) -> None:
     if yes(settings, "NoNewPrivileges"):
         prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     if yes(settings, "MemoryDenyWriteExecute"):
-        prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN, 0, 0, 0)
+        try:
+            prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN, 0, 0, 0)
+        except OSError as exc:  # before Linux 6.3: the seccomp rules alone, as systemd 252 has them
+            if exc.errno != errno.EINVAL:
+                raise
 
 
 # --- seccomp -----------------------------------------------------------------------------
@@ -285,16 +290,6 @@ def errno_number(settings) -> int:
     return getattr(errno, name) if name else 0
 
 
-def add(f, action, call, *args) -> None:
-    try:
-        f.add_rule(action, call, *args)
-    except RuntimeError:  # the architecture has no such call (libseccomp names every arch's)
-        pass
-    except OSError as exc:
-        if exc.errno not in (errno.EDOM, errno.EFAULT, errno.EINVAL):
-            raise
-
-
 def syscall_filter(settings, kill: bool):
     allowed = allowed_syscalls(settings)
     if allowed is None:
@@ -303,7 +298,10 @@ def syscall_filter(settings, kill: bool):
     refuse = seccomp.KILL_PROCESS if kill or not number else seccomp.ERRNO(number)
     f = seccomp.SyscallFilter(refuse)
     for call in sorted(allowed):
-        add(f, seccomp.ALLOW, call)
+        try:
+            f.add_rule(seccomp.ALLOW, call)
+        except RuntimeError:  # newer than this libseccomp (uretprobe, riscv_hwprobe): stays refused
+            pass
     return f
 
 
@@ -324,40 +322,40 @@ def restriction_filters(settings) -> list:
     if families:
         keep = {getattr(socket, name) for name in families.split()}
         f = new()
-        for family in range(0, 46):
+        for family in range(AF_MAX):
             if family not in keep:
-                add(f, seccomp.ERRNO(errno.EAFNOSUPPORT), "socket", seccomp.Arg(0, seccomp.EQ, family))
-        add(f, seccomp.ERRNO(errno.EAFNOSUPPORT), "socket", seccomp.Arg(0, seccomp.GE, 46))
+                f.add_rule(seccomp.ERRNO(errno.EAFNOSUPPORT), "socket", seccomp.Arg(0, seccomp.EQ, family))
+        f.add_rule(seccomp.ERRNO(errno.EAFNOSUPPORT), "socket", seccomp.Arg(0, seccomp.GE, AF_MAX))
     if yes(settings, "RestrictNamespaces"):
         f = new()
-        add(f, seccomp.ERRNO(errno.EPERM), "setns")
-        add(f, seccomp.ERRNO(errno.ENOSYS), "clone3")  # flags in a struct: glibc falls back to clone
+        f.add_rule(seccomp.ERRNO(errno.EPERM), "setns")
+        f.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")  # flags in a struct: glibc falls back to clone
         for flag in NAMESPACE_FLAGS:
-            add(f, seccomp.ERRNO(errno.EPERM), "unshare", masked(0, flag))
-            add(f, seccomp.ERRNO(errno.EPERM), "clone", masked(0, flag))
+            f.add_rule(seccomp.ERRNO(errno.EPERM), "unshare", masked(0, flag))
+            f.add_rule(seccomp.ERRNO(errno.EPERM), "clone", masked(0, flag))
     if yes(settings, "MemoryDenyWriteExecute"):
         f = new()
-        add(f, seccomp.ERRNO(errno.EPERM), "mmap", masked(2, PROT_WRITE | PROT_EXEC))
-        add(f, seccomp.ERRNO(errno.EPERM), "mprotect", masked(2, PROT_EXEC))
-        add(f, seccomp.ERRNO(errno.EPERM), "pkey_mprotect", masked(2, PROT_EXEC))
-        add(f, seccomp.ERRNO(errno.EPERM), "shmat", masked(2, SHM_EXEC))
+        f.add_rule(seccomp.ERRNO(errno.EPERM), "mmap", masked(2, PROT_WRITE | PROT_EXEC))
+        f.add_rule(seccomp.ERRNO(errno.EPERM), "mprotect", masked(2, PROT_EXEC))
+        f.add_rule(seccomp.ERRNO(errno.EPERM), "pkey_mprotect", masked(2, PROT_EXEC))
+        f.add_rule(seccomp.ERRNO(errno.EPERM), "shmat", masked(2, SHM_EXEC))
     if yes(settings, "RestrictRealtime"):
         f = new()
         for policy in (SCHED_FIFO, SCHED_RR, SCHED_DEADLINE):
             for variant in (policy, policy | SCHED_RESET_ON_FORK):
-                add(f, seccomp.ERRNO(errno.EPERM), "sched_setscheduler", seccomp.Arg(1, seccomp.EQ, variant))
+                f.add_rule(seccomp.ERRNO(errno.EPERM), "sched_setscheduler", seccomp.Arg(1, seccomp.EQ, variant))
     if yes(settings, "RestrictSUIDSGID"):
         f = new()
         for call, mode_arg in (("chmod", 1), ("fchmod", 1), ("fchmodat", 2), ("mkdir", 1), ("mkdirat", 2),
                                ("mknod", 1), ("mknodat", 2), ("creat", 1)):
             for bit in (S_ISUID, S_ISGID):
-                add(f, seccomp.ERRNO(errno.EPERM), call, masked(mode_arg, bit))
+                f.add_rule(seccomp.ERRNO(errno.EPERM), call, masked(mode_arg, bit))
         for call, flags_arg in (("open", 1), ("openat", 2)):
             for bit in (S_ISUID, S_ISGID):
-                add(f, seccomp.ERRNO(errno.EPERM), call, masked(flags_arg, O_CREAT), masked(flags_arg + 1, bit))
+                f.add_rule(seccomp.ERRNO(errno.EPERM), call, masked(flags_arg, O_CREAT), masked(flags_arg + 1, bit))
     if yes(settings, "LockPersonality"):
         f = new()
-        add(f, seccomp.ERRNO(errno.EPERM), "personality", seccomp.Arg(0, seccomp.NE, 0))  # PER_LINUX only
+        f.add_rule(seccomp.ERRNO(errno.EPERM), "personality", seccomp.Arg(0, seccomp.NE, 0))  # PER_LINUX only
     return filters
 
 

@@ -80,10 +80,18 @@ class BatmanIV:
     def iface_enabled(self, now: float, iface: HardInterface) -> None:
         if iface.ogm_seqno is None:
             iface.ogm_seqno = self.mesh.rng.getrandbits(32)
-        self.schedule_own(now, iface)
+        if not any(p.own and p.if_incoming is iface and p.if_outgoing is iface for p in self.queue):
+            self.schedule_own(now, iface)  # else: active again, its OGM timer never stopped
 
     def iface_disabled(self, iface: HardInterface) -> None:
         self.queue = [p for p in self.queue if p.if_incoming is not iface and p.if_outgoing is not iface]
+
+    def iface_deactivated(self, iface: HardInterface) -> None:
+        """Set down: nothing of it or for it is sent, but its OGM timer runs on, as the
+        kernel's does (seqnos counting on, each OGM dropped), so that once it is up again
+        its next OGM goes out in its old rhythm, not a whole interval later."""
+        self.queue = [p for p in self.queue if (p.if_incoming is not iface and p.if_outgoing is not iface)
+                      or (p.own and p.if_incoming is iface and p.if_outgoing is iface)]
 
     def _send_time(self, now: float) -> float:
         cfg = self.mesh.config
@@ -91,19 +99,21 @@ class BatmanIV:
         return now + (cfg.orig_interval_ms - jitter + self.mesh.rng.randrange(2 * jitter)) / 1000.0
 
     def schedule_own(self, now: float, iface: HardInterface) -> None:
-        """batadv_iv_ogm_schedule_buff: consume a seqno, slide the echo windows, queue."""
-        if not iface.active or self.silent:
+        """batadv_iv_ogm_schedule_buff: consume a seqno, slide the echo windows, queue.
+        An interface that is down only keeps its timer going (its OGM is dropped when due,
+        and no TT changes are committed into it)."""
+        if self.silent or iface not in self.mesh.ifaces:
             return
         primary = self.mesh.primary
         is_primary = iface is primary
-        tvlvs = self.mesh.ogm_tvlvs(now) if is_primary else []
+        tvlvs = self.mesh.ogm_tvlvs(now) if is_primary and iface.active else []
         ogm = IvOgm(ttl=TTL if is_primary else 2, flags=0, seqno=iface.ogm_seqno, orig=iface.mac,
                     prev_sender=iface.mac, tq=TQ_MAX, tvlvs=tvlvs)
         iface.ogm_seqno = (iface.ogm_seqno + 1) & 0xFFFFFFFF
         self._slide_own_window(iface)
         send_time = self._send_time(now)
         size = OGM_HLEN + ogm.tvlv_len
-        targets = self.mesh.active_ifaces() if is_primary else [iface]
+        targets = self.mesh.active_ifaces() if is_primary and iface.active else [iface]
         for out in targets:
             self._queue_add(ogm, size, iface, out, own=True, send_time=send_time)
 
@@ -392,7 +402,7 @@ class BatmanIV:
                 sum_neigh = self._bcast_own_sum(neigh)
                 if sum_router >= sum_neigh:
                     return
-        mesh.update_route(orig_node, outif, neigh)
+        mesh.update_route(orig_node, outif, neigh, now)
 
     @staticmethod
     def _bcast_own_sum(neigh: NeighNode) -> int:

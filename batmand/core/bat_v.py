@@ -129,6 +129,9 @@ class BatmanV:
         self.next_elp.pop(iface, None)
         self.queues.pop(iface, None)
 
+    def iface_deactivated(self, iface: HardInterface) -> None:
+        self.iface_disabled(iface)  # batadv_v_iface_activate starts it afresh
+
     def next_deadline(self) -> float:
         times = [self.next_ogm, *self.next_elp.values(), *(q.flush_at for q in self.queues.values())]
         return min(times, default=float("inf"))
@@ -330,7 +333,7 @@ class BatmanV:
             if seq_diff32(ninfo.last_seqno, rinfo.last_seqno) < OGM_MAX_ORIGDIFF and \
                     rinfo.throughput >= ninfo.throughput:
                 return True
-        mesh.update_route(orig_node, outif, neigh)
+        mesh.update_route(orig_node, outif, neigh, now)
         return True
 
     def _forward(self, now: float, ogm: Ogm2, orig_node: OrigNode, neigh: NeighNode, outif) -> None:

@@ -84,11 +84,41 @@ class Mesh:
         iface = self.iface(name)
         if iface is None:
             raise ValueError(f"{name} is not part of the mesh")
+        was_active = iface.active
         iface.active = False
         self.ifaces.remove(iface)
-        self.algo.iface_disabled(iface)
+        if was_active:
+            self.algo.iface_disabled(iface)
         if self.primary is iface:
-            self.primary = self.ifaces[0] if self.ifaces else None
+            self.primary = next((i for i in self.ifaces if i.active), self.ifaces[0] if self.ifaces else None)
+        self._forget_routes_via(iface)
+        return self._take()
+
+    def deactivate_interface(self, now: float, name: str) -> list:
+        """batadv_hardif_deactivate_interface: the interface was set down. It stays part of
+        the mesh, but nothing is sent or accepted on it and what was learnt through it goes.
+        The primary stays the primary, as in the kernel: the originator address is kept,
+        and while it is down only the other interfaces' own OGMs go out."""
+        iface = self.iface(name)
+        if iface is None or not iface.active:
+            return self._take()
+        iface.active = False
+        self.algo.iface_deactivated(iface)
+        self._forget_routes_via(iface)
+        iface.neighbours.clear()
+        return self._take()
+
+    def activate_interface(self, now: float, name: str) -> list:
+        """batadv_hardif_activate_interface: the interface is up again; its own seqnos
+        continue where they were, so its neighbours accept it at once."""
+        iface = self.iface(name)
+        if iface is None or iface.active:
+            return self._take()
+        iface.active = True
+        self.algo.iface_enabled(now, iface)
+        return self._take()
+
+    def _forget_routes_via(self, iface: HardInterface) -> None:
         for orig_node in list(self.originators.nodes.values()):
             for key in [k for k in orig_node.neighbours if k[1] is iface]:
                 del orig_node.neighbours[key]
@@ -96,7 +126,6 @@ class Mesh:
             for neigh in orig_node.neighbours.values():
                 neigh.ifinfo.pop(iface, None)
             self._reselect_routes(orig_node)
-        return self._take()
 
     def iface(self, name: str) -> HardInterface | None:
         return next((i for i in self.ifaces if i.name == name), None)
@@ -251,8 +280,9 @@ class Mesh:
         packet = UnicastTvlv(dst=dst, src=src, tvlvs=tvlvs)
         return self.routing.send_to_orig(now, packet.encode(), orig_node, None)
 
-    def update_route(self, orig_node: OrigNode, outif, neigh) -> None:
-        """batadv_update_route: a route lost makes us forget what the originator announced."""
+    def update_route(self, orig_node: OrigNode, outif, neigh, now: float | None = None) -> None:
+        """batadv_update_route: a route lost makes us forget what the originator announced;
+        a new one lets a TT request that had no route go out."""
         info = orig_node.ifinfo_new(outif)
         old = info.router
         info.router = neigh
@@ -260,6 +290,8 @@ class Mesh:
             self.tt.global_del_orig(orig_node)
         if outif is None:
             self._dirty_origs.add(orig_node.orig)
+            if old is None and neigh is not None and now is not None:
+                self.tt.route_appeared(now, orig_node)
 
     def _reselect_routes(self, orig_node: OrigNode) -> None:
         for outif in [None] + self.active_ifaces():

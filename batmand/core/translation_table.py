@@ -102,6 +102,7 @@ class TranslationTable:
         self.temporary: OrderedDict[tuple[Mac, int], None] = OrderedDict()
         self.orig_temporary: dict[Mac, int] = {}  # originator -> its temporary entries
         self.requests: dict[Mac, float] = {}  # originator -> when our TT request went out
+        self.unrouted: dict[Mac, TtTvlv] = {}  # requests that found no route: sent when one appears
         self.roam_counts: dict[Mac, tuple[float, int]] = {}  # client -> (first time, roams left)
         self.dirty_clients: set = set()  # global entries whose route may have changed
         self.dirty_local: set = set()
@@ -268,6 +269,7 @@ class TranslationTable:
                 self._global_free(entry)
         timeout = cfg.tt_request_timeout_ms / 1000.0
         self.requests = {o: t for o, t in self.requests.items() if now - t <= timeout}
+        self.unrouted = {o: tvlv for o, tvlv in self.unrouted.items() if o in self.mesh.originators.nodes}
         self.roam_counts = {c: v for c, v in self.roam_counts.items() if now - v[0] <= ROAMING_MAX_TIME}
 
     # --- global table -----------------------------------------------------------------------
@@ -516,11 +518,27 @@ class TranslationTable:
             return
         flags = TtDataFlags.REQUEST | (TtDataFlags.FULL_TABLE if full_table else 0)
         tvlv = TtTvlv(flags=flags, ttvn=ttvn, vlans=[TtVlan(crc=v.crc, vid=v.vid) for v in vlans])
-        # recorded and counted even when there is no route yet, as the kernel does: the
-        # request is then repeated once the 3 s have passed
-        self.requests[orig_node.orig] = now
-        self.counters["tt_request_tx"] += 1
-        self.mesh.send_unicast_tvlv(now, self.mesh.primary.mac, orig_node.orig, [tvlv])
+        # Recorded only when it went out. The kernel also records a request it had no route
+        # for, and then waits out the 3 s before asking again: a link that comes back up
+        # (its routes and the TT learnt over it were dropped while it was down) then
+        # carries no unicast for 3 s. Asking again with the next OGM looks the same on
+        # the wire, only sooner.
+        self._send_request_tvlv(now, orig_node.orig, tvlv)
+
+    def _send_request_tvlv(self, now: float, orig: Mac, tvlv: TtTvlv) -> None:
+        if self.mesh.send_unicast_tvlv(now, self.mesh.primary.mac, orig, [tvlv]):
+            self.requests[orig] = now
+            self.unrouted.pop(orig, None)
+            self.counters["tt_request_tx"] += 1
+        elif orig in self.unrouted or len(self.unrouted) < self.mesh.config.max_pending_tt_requests:
+            self.unrouted[orig] = tvlv
+
+    def route_appeared(self, now: float, orig_node) -> None:
+        """A route to the originator exists again: a request that had none goes out now
+        (the OGM that made the route was processed after its TT container asked)."""
+        tvlv = self.unrouted.pop(orig_node.orig, None)
+        if tvlv is not None and orig_node.orig not in self.requests:
+            self._send_request_tvlv(now, orig_node.orig, tvlv)
 
     def unicast_tvlv_received(self, now: float, src: Mac, dst: Mac, tt: TtTvlv) -> bool:
         """A TT container in a UNICAST_TVLV; returns False when the packet must be routed on."""

@@ -20,6 +20,7 @@ class PacketSocket:
         self.ifname = ifname
         self.counters = counters if counters is not None else {}
         self.kernel_drops = 0  # frames the kernel dropped at this socket (buffer full)
+        self.errors: dict[int, int] = {}  # errno -> times a read reported it (ENETDOWN)
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         try:
             bpf.attach(self.sock, bpf.ALL_BUT_UNICAST)
@@ -44,6 +45,11 @@ class PacketSocket:
                 data = self.sock.recv(65535)
             except BlockingIOError:
                 return None
+            except OSError as exc:
+                # ENETDOWN once after the interface went down (the kernel's sk_err; reading
+                # it clears it, and the socket receives again once the interface is up)
+                self.errors[exc.errno] = self.errors.get(exc.errno, 0) + 1
+                return None
             if len(data) <= VNET_HDR_LEN:
                 continue
             flags, _gso, _hlen, _size, csum_start, csum_offset = VNET_HDR.unpack_from(data)
@@ -53,6 +59,11 @@ class PacketSocket:
             if csum_start + csum_offset + 2 <= len(frame):
                 finish_checksum(frame, csum_start, csum_offset)
             return bytes(frame)
+
+    def clear_error(self) -> int:
+        """Read (and so clear) the socket's pending error, e.g. the ENETDOWN the kernel sets
+        when the interface goes down; 0 when there is none."""
+        return self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
 
     def statistics(self) -> tuple[int, int]:
         """PACKET_STATISTICS (reset by every read): (frames seen, frames dropped), summed here."""

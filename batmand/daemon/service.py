@@ -26,12 +26,13 @@ from batmand.dataplane.pool import InlineDataPlane, WorkerPool
 
 from .control import ControlServer
 from . import protocol, state
-from .links import link_info, link_speed, set_up, sysfs_int
+from .links import link_speed
+from .netlink import Link, LinkMonitor
 from .notify import Notifier
 from .options import Options
 from .packet_socket import PacketSocket
 from .softif import SoftInterface
-from .wifi import is_wireless, stations
+from .wifi import is_wireless, query_stations
 
 log = logging.getLogger("batmand")
 
@@ -60,8 +61,12 @@ class Service:
         self._stopped: asyncio.Event | None = None
         self._locks: list = []  # held for the daemon's life: the abstract name, a file lock
         self._next_speed_check = 0.0
+        self._station_queries: dict[str, asyncio.Future] = {}  # nl80211 station dumps under way
         self.notifier = Notifier()
         self.wanted: set[str] = set()  # hard interfaces to keep attached (configured or added)
+        self.links: LinkMonitor | None = None  # every interface of the namespace, kept current
+        self.ports: set[str] = set()  # hard interfaces with data-plane rings
+        self._port_failed: set[str] = set()  # rings that could not be opened: retried
         self._saved: state.Saved | None = None  # seqnos from the state file, applied as interfaces attach
         self._state_loaded = False
 
@@ -111,10 +116,13 @@ class Service:
         self.mesh.log = lambda message: log.warning("%s", message)
         housekeeping = None
         try:
+            self.links = LinkMonitor()
+            self.links.load()
             self._start_dataplane()
             for ifname in opts.interfaces:
                 self.wanted.add(ifname)
                 self.add_interface(ifname)
+            self.links.start(self.loop, self._on_link)
             self.softif.up()
             await self.control.start()
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -139,18 +147,27 @@ class Service:
                 f"{len(mesh.tt.global_)} global clients")
 
     async def _housekeeping(self) -> None:
-        """Once a second: watchdog and status, hard interfaces that vanished or came back,
-        and every SAVE_PERIOD the seqno state."""
+        """Once a second: watchdog and status, the data plane's health, rings to retry, and
+        every SAVE_PERIOD the seqno state. An error in one round is logged, never the end
+        of the task (the watchdog would then kill a daemon that still routes)."""
         next_save = self.now() + 1.0  # soon after start, then every SAVE_PERIOD
         interval = min(1.0, self.notifier.watchdog_interval or 1.0)
+        failing = None
         while True:
             await asyncio.sleep(interval)
-            self.notifier.send(WATCHDOG=1, STATUS=self._status())
-            self.dataplane.check()
-            self._check_interfaces()
-            if self.now() >= next_save:
-                next_save = self.now() + state.SAVE_PERIOD
-                self._save_state()
+            try:
+                self.notifier.send(WATCHDOG=1, STATUS=self._status())
+                self.dataplane.check()
+                for ifname in sorted(self._port_failed):
+                    self._ensure_port(ifname)
+                if self.now() >= next_save:
+                    next_save = self.now() + state.SAVE_PERIOD
+                    self._save_state()
+                failing = None
+            except Exception as exc:  # noqa: BLE001 - logged once per kind, the loop goes on
+                if type(exc) is not failing:
+                    log.exception("housekeeping failed; it goes on")
+                    failing = type(exc)
 
     # --- seqnos across restarts ---------------------------------------------------------------
 
@@ -181,29 +198,6 @@ class Service:
                     state.apply_mesh(self._saved, self.mesh)
                     log.info("continuing the sequence numbers saved in %s", path)
         return state.take_iface(self._saved, Mac(mac)) if self._saved is not None else {}
-
-    def _check_interfaces(self) -> None:
-        changed = False
-        for iface in self.mesh.active_ifaces():  # MTU changes at run time: fragment to the new size
-            mtu = sysfs_int(iface.name, "mtu")
-            if mtu is not None and mtu != iface.mtu:
-                log.info("interface %s: MTU %d -> %d", iface.name, iface.mtu, mtu)
-                iface.mtu = mtu
-                changed = True
-                self.dataplane.add_port(iface.name, bytes(iface.mac), mtu)  # rings sized for the new MTU
-        if changed:
-            self._update_datapath_ifaces()
-        for ifname in sorted(self.wanted):
-            present = os.path.exists(f"/sys/class/net/{ifname}")
-            if ifname in self.sockets and not present:
-                log.warning("interface %s disappeared; it is re-attached when it comes back", ifname)
-                self.remove_interface(ifname)
-            elif ifname not in self.sockets and present:
-                try:
-                    self.add_interface(ifname)
-                    log.info("interface %s is back", ifname)
-                except (OSError, ValueError) as exc:
-                    log.warning("cannot re-attach %s: %s", ifname, exc)
 
     def reload(self) -> None:
         """SIGHUP: read the configuration again; apply what can change while running."""
@@ -236,7 +230,11 @@ class Service:
                 self.remove_interface(ifname)
         for iface in self.mesh.ifaces:
             self._apply_hardif_settings(iface)
-        self._check_interfaces()
+        for ifname in sorted(self.wanted - set(self.sockets)):
+            try:
+                self.add_interface(ifname)
+            except (OSError, ValueError) as exc:
+                log.warning("cannot attach %s: %s; it is attached when it appears", ifname, exc)
         self.options.interfaces = sorted(self.wanted)
         log.info("configuration reloaded")
         self.notifier.send(READY=1, STATUS=self._status())
@@ -258,6 +256,9 @@ class Service:
         if self.softif is not None:
             self.softif.close()
             self.softif = None
+        if self.links is not None:
+            self.links.close()
+            self.links = None
         await self.control.close()
         for lock in self._locks:
             if isinstance(lock, socket.socket):
@@ -270,42 +271,125 @@ class Service:
     # --- hard interfaces ----------------------------------------------------------------------------
 
     def add_interface(self, ifname: str) -> None:
+        """Attach a hard interface (batctl if add). One that is down is set up first, as
+        the daemon always did (set down later, it stays attached but inactive)."""
         if ifname in self.sockets:
             raise ValueError(f"{ifname} is already part of {self.options.meshif}")
-        info = link_info(ifname)
-        if info is None:
+        link = self.links.by_name(ifname)
+        if link is None:
             raise ValueError(f"no such interface: {ifname}")
-        required = self.options.mesh.mtu + MAX_HEADER
-        if info.mtu < required:
-            if self.options.mesh.fragmentation:
-                log.warning("The MTU of interface %s is too small (%d) to handle the transport of batman-adv "
-                            "packets. Packets going over this interface will be fragmented on layer2 which could "
-                            "impact the performance. Setting the MTU to %d would solve the problem.",
-                            ifname, info.mtu, required)
-            else:
-                log.warning("The MTU of interface %s is too small (%d) to handle the transport of batman-adv "
-                            "packets. If you experience problems getting traffic through try increasing the MTU "
-                            "to %d.", ifname, info.mtu, required)
-        if not info.up:
-            set_up(ifname)
+        if ifname == self.softif.name:
+            raise ValueError(f"{ifname} is the mesh interface itself")
+        self._warn_small_mtu(ifname, link.mtu)
+        if not link.up:
+            self.links.set_up(link.index)
         sock = PacketSocket(ifname)
         self.sockets[ifname] = sock
-        try:
-            self.dataplane.add_port(ifname, bytes(info.mac), info.mtu)
-        except OSError:
-            self._close_socket(ifname)
-            raise
-        self.ifindex[ifname] = info.index
+        self.ifindex[ifname] = link.index
         self.loop.add_reader(sock.fileno(), self._on_hardif, ifname)
-        seqnos = self._saved_seqnos(info.mac)
-        self._apply(self.mesh.add_interface(self.now(), ifname, Mac(info.mac), info.mtu, **seqnos))
+        seqnos = self._saved_seqnos(link.mac)
+        self._apply(self.mesh.add_interface(self.now(), ifname, Mac(link.mac), link.mtu, **seqnos))
         iface = self.mesh.iface(ifname)
         iface.wifi = is_wireless(ifname)
         self._apply_hardif_settings(iface)
         self._refresh_speed(iface)
+        self._ensure_port(ifname)
         self._update_datapath_ifaces()
-        log.info("interface %s added (MAC %s, MTU %d)%s", ifname, Mac(info.mac), info.mtu,
+        log.info("interface %s added (MAC %s, MTU %d)%s", ifname, Mac(link.mac), link.mtu,
                  " as primary" if self.mesh.primary and self.mesh.primary.name == ifname else "")
+
+    def _warn_small_mtu(self, ifname: str, mtu: int) -> None:
+        required = self.options.mesh.mtu + MAX_HEADER
+        if mtu >= required:
+            return
+        if self.options.mesh.fragmentation:
+            log.warning("The MTU of interface %s is too small (%d) to handle the transport of batman-adv "
+                        "packets. Packets going over this interface will be fragmented on layer2 which could "
+                        "impact the performance. Setting the MTU to %d would solve the problem.",
+                        ifname, mtu, required)
+        else:
+            log.warning("The MTU of interface %s is too small (%d) to handle the transport of batman-adv "
+                        "packets. If you experience problems getting traffic through try increasing the MTU "
+                        "to %d.", ifname, mtu, required)
+
+    def _ensure_port(self, ifname: str) -> None:
+        """The data plane's rings on an attached interface that is up (a fanout group cannot
+        be joined while the interface is down). A failure is retried by the housekeeping."""
+        iface = self.mesh.iface(ifname)
+        if ifname in self.ports or iface is None or not iface.active:
+            return
+        try:
+            self.dataplane.add_port(ifname, bytes(iface.mac), iface.mtu)
+        except OSError as exc:
+            if ifname not in self._port_failed:
+                log.warning("interface %s: cannot open the data-plane rings (%s); retrying", ifname, exc)
+            self._port_failed.add(ifname)
+            return
+        if ifname in self._port_failed:
+            log.info("interface %s: data-plane rings open", ifname)
+            self._port_failed.discard(ifname)
+        self.ports.add(ifname)
+
+    def _watch_socket(self, ifname: str) -> None:
+        """Read the control socket of an interface that came back up afresh: the ENETDOWN
+        the kernel reported when it went down made the event loop stop watching it."""
+        sock = self.sockets[ifname]
+        sock.clear_error()
+        self.loop.remove_reader(sock.fileno())
+        self.loop.add_reader(sock.fileno(), self._on_hardif, ifname)
+
+    def _on_link(self, old: Link | None, new: Link | None) -> None:
+        """A change rtnetlink reported (old None: appeared, new None: gone): a hard interface
+        set down or up, a new MTU or MAC, one that vanished or came back; VLANs of bat0."""
+        link = new or old
+        if link.kind == "vlan" or link.name == self.softif.name:
+            self._update_vlans()
+        name = link.name
+        if name not in self.wanted:
+            return
+        try:
+            if new is None:
+                if name in self.sockets:
+                    log.warning("interface %s disappeared; it is re-attached when it comes back", name)
+                    self.remove_interface(name)
+            elif name not in self.sockets:
+                self.add_interface(name)
+                log.info("interface %s is back", name)
+            else:
+                self._link_changed(old, new)
+        except (OSError, ValueError) as exc:
+            log.warning("interface %s: %s", name, exc)
+
+    def _link_changed(self, old: Link, new: Link) -> None:
+        name, iface = new.name, self.mesh.iface(new.name)
+        if new.mac != old.mac:  # a new address: a new originator to the peers
+            log.info("interface %s: MAC %s -> %s; attaching it again", name, Mac(old.mac), Mac(new.mac))
+            self.remove_interface(name)
+            self.add_interface(name)
+            return
+        if new.mtu != iface.mtu:  # fragment to the new size; rings sized for it
+            log.info("interface %s: MTU %d -> %d", name, iface.mtu, new.mtu)
+            self._warn_small_mtu(name, new.mtu)
+            iface.mtu = new.mtu
+            self._close_port(name)
+        if new.up and not iface.active:
+            log.info("Interface activated: %s", name)  # the kernel's words
+            self._watch_socket(name)
+            self._apply(self.mesh.activate_interface(self.now(), name))
+        elif not new.up and iface.active:
+            log.info("Interface deactivated: %s", name)
+            self._apply(self.mesh.deactivate_interface(self.now(), name))
+            self._close_port(name)  # opened afresh when it is up again: no stale socket error
+        self._ensure_port(name)
+        self._update_datapath_ifaces()
+
+    def _close_port(self, ifname: str) -> None:
+        if ifname in self.ports:
+            self.ports.discard(ifname)
+            self.dataplane.remove_port(ifname)
+
+    def _update_vlans(self) -> None:
+        """VLAN devices on bat0 were created or removed (the kernel's ndo_vlan_rx_add_vid)."""
 
     def _apply_hardif_settings(self, iface) -> None:
         """The configured per-interface settings, or the kernel's defaults."""
@@ -316,10 +400,19 @@ class Service:
 
     def _refresh_speed(self, iface) -> None:
         """What B.A.T.M.A.N. V estimates links from when there is no override: the stations
-        of a Wi-Fi interface, else the link speed (ethtool's view)."""
+        of a Wi-Fi interface (asked in the background; one question at a time), else the
+        link speed (ethtool's view)."""
         iface.link_speed_mbit, iface.full_duplex = link_speed(iface.name)
-        if iface.wifi and self.mesh.algo.name == "BATMAN_V":
-            iface.stations = stations(self.ifindex.get(iface.name, 0))
+        if iface.wifi and self.mesh.algo.name == "BATMAN_V" and iface.name not in self._station_queries:
+            query = query_stations(self.loop, self.ifindex.get(iface.name, 0))
+            self._station_queries[iface.name] = query
+            query.add_done_callback(lambda done, name=iface.name: self._stations_known(name, done))
+
+    def _stations_known(self, ifname: str, query: asyncio.Future) -> None:
+        self._station_queries.pop(ifname, None)
+        iface = self.mesh.iface(ifname) if self.mesh is not None else None
+        if iface is not None and not query.cancelled() and query.exception() is None:
+            iface.stations = query.result()
 
     def remove_interface(self, ifname: str) -> None:
         if ifname not in self.sockets:
@@ -337,7 +430,8 @@ class Service:
             self.loop.remove_reader(sock.fileno())
             sock.close()
         if self.dataplane is not None:
-            self.dataplane.remove_port(ifname)
+            self._close_port(ifname)
+        self._port_failed.discard(ifname)
         self.ifindex.pop(ifname, None)
 
     def _update_datapath_ifaces(self) -> None:

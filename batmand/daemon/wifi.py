@@ -6,13 +6,17 @@ query itself is exercised where Wi-Fi exists; the conversion is tested on its ow
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 from batmand.core.hardif import WifiStation
 from batmand.wire import Mac
 
-from .links import _executor
+# pyroute2's IW is synchronous and a driver can take seconds to answer: it runs in a
+# thread of its own, so the event loop (OGM and ELP timers) never waits for it
+_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nl80211")
 
 log = logging.getLogger("batmand.wifi")
 
@@ -51,10 +55,15 @@ def _stations(ifindex: int) -> dict:
     return result
 
 
-def stations(ifindex: int) -> dict:
-    """{neighbour MAC: WifiStation}; empty when nl80211 cannot be asked."""
+def _stations_or_none(ifindex: int) -> dict:
     try:
-        return _executor.submit(_stations, ifindex).result(timeout=5)
+        return _stations(ifindex)
     except Exception as exc:  # noqa: BLE001 - no cfg80211, driver quirks: fall back to the default
         log.debug("nl80211 station dump failed: %s", exc)
         return {}
+
+
+def query_stations(loop: asyncio.AbstractEventLoop, ifindex: int) -> asyncio.Future:
+    """{neighbour MAC: WifiStation} of a wireless interface, later: a future the event loop
+    does not wait for (empty when nl80211 cannot be asked)."""
+    return loop.run_in_executor(_executor, _stations_or_none, ifindex)

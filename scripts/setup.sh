@@ -10,7 +10,9 @@ APT_PACKAGES=(python3 python3-venv python3-dev gcc iproute2 tshark nftables iput
               # depmod for the downloaded kernel's modules; cpio for a test of our archives
               qemu-system-x86 busybox-static kmod cpio
               # the unit's seccomp restrictions, applied without systemd (tests/daemon/unit_sandbox.py)
-              python3-seccomp)
+              python3-seccomp
+              # tests: the state file's writes traced (strace), a daemon's address space capped (prlimit)
+              strace util-linux)
 
 ./scripts/apt-install.sh setup "${APT_PACKAGES[@]}"
 

@@ -55,6 +55,11 @@ class Port:
         self.decisions: dict = {}  # first 40 bytes of a received frame -> Engine._decide()
 
 
+def table_sizes(table: ForwardingTable) -> dict:
+    """Entries in a forwarding table (batmanctl dp: every worker's next to the control process's)."""
+    return {"origs": len(table.origs), "clients": len(table.clients), "local_clients": len(table.local_clients)}
+
+
 def tap_accepts_udp_gso(release: str | None = None) -> bool:
     """A TAP takes GSO_UDP_L4 frames on write from Linux 6.2 (virtio-net USO); older
     kernels refuse them, so UDP datagrams are then written one by one."""
@@ -116,6 +121,11 @@ class Engine:
 
     def apply(self, update) -> None:
         self.fwd.apply(update)
+        self._forget_decisions()
+
+    def set_table(self, table: ForwardingTable) -> None:
+        """A whole new forwarding table (a restart's or a resync's)."""
+        self.fwd = table
         self._forget_decisions()
 
     def _forget_decisions(self) -> None:

@@ -5,7 +5,8 @@
 - WorkerPool (`--workers N`): N worker processes. The control process owns every
   descriptor (TAP queues, the fanout receive rings) and keeps them open across a
   worker's restart, so flows keep their worker; it mirrors the forwarding table to
-  bring a restarted worker up to date.
+  bring a restarted worker up to date, or one that missed updates (its channel stayed
+  full): such a worker gets the whole table again, in parts (channel.Outbox).
 
 Both take the same calls from the daemon: add_port / remove_port / set_ports when hard
 interfaces change, apply() for forwarding-table updates, take_seen() and counters()."""
@@ -21,14 +22,15 @@ import random
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import batmand
 from batmand.core.events import ForwardingUpdate
 from batmand.core.forwarding import ForwardingTable
 
 from . import bpf
-from .channel import Channel, pair
-from .engine import Engine, Port
+from .channel import BadMessage, Channel, Outbox, encode, pair, split_update
+from .engine import Engine, Port, table_sizes
 from .rings import RxRing, TxRing, statistics
 
 log = logging.getLogger("batmand")
@@ -132,20 +134,35 @@ class InlineDataPlane:
             self.remove_port(name)
 
 
+class _Descriptor:
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 class _Worker:
     def __init__(self, index: int, tap_fd: int) -> None:
         self.index = index
         self.tap_fd = tap_fd
         self.proc: subprocess.Popen | None = None
         self.channel: Channel | None = None
+        self.outbox: Outbox | None = None
         self.restarts = 0
+        self.resyncs = 0  # whole tables sent again after an update could not be delivered
+        self.bad_messages = 0  # from the worker, undecodable (and those it reported)
         self.started = 0.0
         self.counters: dict = {}
         self.counters_before: collections.Counter = collections.Counter()  # of earlier lives
         self.ring_drops: dict = {}  # per hard interface, this life
         self.ring_drops_before: collections.Counter = collections.Counter()  # earlier lives
+        self.table: dict = {}  # the sizes of the worker's forwarding table, as last reported
         self.reported: asyncio.Event | None = None  # set by the next report after refresh() asked
         self.last_report = 0.0
+
+    def alive(self) -> bool:
+        return self.outbox is not None and self.proc.poll() is None
 
     def totals(self) -> collections.Counter:
         """Counters over all its lives (counters at 0 kept: batmanctl s lists them)."""
@@ -182,25 +199,46 @@ class WorkerPool:
         worker.proc = subprocess.Popen(worker_command(theirs.fileno()), pass_fds=[theirs.fileno()], cwd="/")
         theirs.close()
         worker.channel = channel
+        worker.outbox = Outbox(self.loop, channel, lambda: self._resync(worker))
         worker.started = worker.last_report = time.monotonic()
         self.loop.add_reader(channel.fileno(), self._on_channel, worker)
-        channel.send(("config", {k: self.settings[k] for k in ("gro", "csum_offload")}), [worker.tap_fd],
-                     must=True)
+        self._send(worker, ("config", {k: self.settings[k] for k in ("gro", "csum_offload")}), [worker.tap_fd])
         for name in self.ports:
             self._send_port(worker, name)
-        channel.send(("ports", *self.port_state), must=True)
-        snapshot = ForwardingUpdate(origs=dict(self.table.origs), clients=dict(self.table.clients),
-                                    local_clients=dict(self.table.local_clients), own_ttvn=self.table.own_ttvn)
-        channel.send(("fwd", snapshot), must=True)
+        self._send(worker, ("ports", *self.port_state))
+        worker.outbox.put_stream(self._table_stream())
+
+    def _send(self, worker: _Worker, message: tuple, fds=(), owned=()) -> None:
+        worker.outbox.put(encode(message), fds, owned=owned)
 
     def _send_port(self, worker: _Worker, name: str) -> None:
         mac, mtu, rings = self.ports[name]
         tx = TxRing(name, mtu=max(mtu, 1560), vnet_hdr=self.settings["csum_offload"])
-        try:
-            worker.channel.send(("port", name, mac, mtu, _ring_settings(mtu, self.settings["rx_ring"])),
-                                [rings[worker.index].fileno(), tx.fileno()], must=True)
-        finally:
-            tx.close()  # the worker has its own descriptor now
+        # Both are closed here once the message went out (the worker has its own descriptors
+        # then); the receive ring's is a copy, as the ring may be closed before that.
+        rx = _Descriptor(os.dup(rings[worker.index].fileno()))
+        self._send(worker, ("port", name, mac, mtu, _ring_settings(mtu, self.settings["rx_ring"])),
+                   [rx.fd, tx.fileno()], owned=(rx, tx))
+
+    def _table_stream(self) -> Iterator[bytes]:
+        """The whole forwarding table as messages, made when the first one is taken (so
+        it is the table of that moment) and part by part after that."""
+        table = self.table
+        snapshot = ForwardingUpdate(origs=dict(table.origs), clients=dict(table.clients),
+                                    local_clients=dict(table.local_clients), own_ttvn=table.own_ttvn)
+        yield encode(("table_begin",))
+        for part in split_update(snapshot):
+            yield encode(("table_part", part))
+        yield encode(("table_end",))
+
+    def _resync(self, worker: _Worker) -> None:
+        """The worker missed a table update (its channel stayed full, or the update was
+        lost): forget the updates waiting for it and send it the whole table instead."""
+        if not worker.alive():
+            return
+        worker.resyncs += 1
+        worker.outbox.drop_tables()
+        worker.outbox.put_stream(self._table_stream())
 
     def _on_channel(self, worker: _Worker) -> None:
         channel = worker.channel
@@ -210,6 +248,11 @@ class WorkerPool:
             except EOFError:
                 self._lost(worker)
                 return
+            except BadMessage as exc:
+                worker.bad_messages += 1
+                if worker.bad_messages == 1:
+                    log.warning("data-plane worker %d: %s", worker.index, exc)
+                continue
             if got is None:
                 return
             message, _fds = got
@@ -218,16 +261,21 @@ class WorkerPool:
                 self.slow_host(message[1])
             elif kind == "mesh":
                 self.slow_mesh(message[1], message[2])
+            elif kind == "seen":
+                self.seen.update(message[1])
             elif kind == "stats":
-                worker.counters, seen, worker.ring_drops = message[1], message[2], message[3]
+                worker.counters, worker.ring_drops, worker.table = message[1], message[2], message[3]
                 worker.last_report = time.monotonic()
-                self.seen.update(seen)
                 if worker.reported is not None:
                     worker.reported.set()
+            elif kind == "resync":  # the worker could not decode a message of ours
+                self._resync(worker)
 
     def _lost(self, worker: _Worker) -> None:
         """A worker died: restart it on the same TAP queue and receive rings."""
         self.loop.remove_reader(worker.channel.fileno())
+        worker.outbox.close()
+        worker.outbox = None
         worker.channel.close()
         code = worker.proc.poll()
         if code is None:
@@ -237,6 +285,7 @@ class WorkerPool:
         worker.counters = {}
         worker.ring_drops_before.update(worker.ring_drops)
         worker.ring_drops = {}
+        worker.table = {}
         if self.closing:
             return
         worker.restarts += 1
@@ -249,8 +298,7 @@ class WorkerPool:
         killed; its channel's end then restarts it like any worker that died."""
         now = time.monotonic()
         for worker in self.workers:
-            if worker.channel is not None and worker.proc.poll() is None \
-                    and now - worker.last_report > SILENCE_LIMIT:
+            if worker.alive() and now - worker.last_report > SILENCE_LIMIT:
                 log.warning("data-plane worker %d (pid %d) silent for %.0f s; killing it", worker.index,
                             worker.proc.pid, now - worker.last_report)
                 worker.proc.kill()
@@ -263,9 +311,10 @@ class WorkerPool:
     # --- the daemon's calls -----------------------------------------------------------------------------
 
     def _broadcast(self, message: tuple) -> None:
+        data = encode(message)
         for worker in self.workers:
-            if worker.channel is not None and worker.proc.poll() is None:
-                worker.channel.send(message, must=True)
+            if worker.alive():
+                worker.outbox.put(data)
 
     def add_port(self, name: str, mac: bytes, mtu: int) -> None:
         self.remove_port(name)
@@ -281,7 +330,7 @@ class WorkerPool:
             raise
         self.ports[name] = (mac, mtu, rings)
         for worker in self.workers:
-            if worker.channel is not None:
+            if worker.alive():
                 self._send_port(worker, name)
 
     def remove_port(self, name: str) -> None:
@@ -297,8 +346,13 @@ class WorkerPool:
         self._broadcast(("ports", *self.port_state))
 
     def apply(self, update: ForwardingUpdate) -> None:
+        """A table update for every worker, in parts of bounded size (encoded once)."""
         self.table.apply(update)
-        self._broadcast(("fwd", update))
+        parts = [encode(("fwd", part)) for part in split_update(update)]
+        for worker in self.workers:
+            if worker.alive():
+                for data in parts:
+                    worker.outbox.put(data, table=True)
 
     def take_seen(self) -> dict:
         seen, self.seen = self.seen, {}
@@ -308,10 +362,10 @@ class WorkerPool:
         """Ask every worker for its counters now (they report on their own twice a second)."""
         waits = []
         for worker in self.workers:
-            if worker.channel is not None and worker.proc.poll() is None:
+            if worker.alive():
                 worker.reported = asyncio.Event()
-                if worker.channel.send(("report",), must=True):
-                    waits.append(worker.reported.wait())
+                self._send(worker, ("report",))
+                waits.append(worker.reported.wait())
         if waits:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.gather(*waits), timeout)
@@ -333,13 +387,14 @@ class WorkerPool:
                          "rx_frames": counters["rx"] + counters["forward"], "tx_frames": counters["tx"] + counters["forward"],
                          "forward_frames": counters["forward"], "slow_path": counters["slow_host"] + counters["slow_mesh"],
                          "gro_merged": counters["gro_merged"], "tso_segments": counters["tso_segments"],
-                         "socket_drops": sum(drops.values())})
+                         "socket_drops": sum(drops.values()), "table": dict(w.table), "resyncs": w.resyncs,
+                         "channel_backlog": w.outbox.backlog() if w.outbox else 0,
+                         "bad_messages": w.bad_messages + counters["channel_bad_messages"]})
         total = self.counters()
-        return {"workers": rows, "ring_drops": dict(ring_drops),
+        return {"workers": rows, "ring_drops": dict(ring_drops), "table": table_sizes(self.table),
                 "drops": {"socket": sum(r["socket_drops"] for r in rows),
                           "tap_write": total.get("tap_write_dropped", 0),
-                          "daemon": total.get("tx_ring_full", 0) + sum(w.channel.dropped for w in self.workers
-                                                                        if w.channel is not None)}}
+                          "daemon": total.get("tx_ring_full", 0)}}
 
     def pids(self) -> list[int]:
         return [w.proc.pid for w in self.workers if w.proc is not None and w.proc.poll() is None]
@@ -347,8 +402,8 @@ class WorkerPool:
     def close(self) -> None:
         self.closing = True
         for worker in self.workers:
-            if worker.channel is not None:
-                worker.channel.send(("stop",))
+            if worker.alive():
+                self._send(worker, ("stop",))
         deadline = time.monotonic() + 2.0
         for worker in self.workers:
             if worker.proc is None:
@@ -358,8 +413,10 @@ class WorkerPool:
             except subprocess.TimeoutExpired:
                 worker.proc.kill()
                 worker.proc.wait()
-            if worker.channel is not None:
+            if worker.channel is not None and worker.outbox is not None:
                 self.loop.remove_reader(worker.channel.fileno())
+                worker.outbox.close()
+                worker.outbox = None
                 worker.channel.close()
                 worker.channel = None
         for name in list(self.ports):

@@ -8,6 +8,7 @@ Started by pool.worker_command with the channel socket inherited (FD)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import select
 import signal
@@ -15,11 +16,14 @@ import socket
 import sys
 import time
 
-from .channel import Channel
-from .engine import Engine, Port
+from batmand.core.forwarding import ForwardingTable
+
+from .channel import PART_ENTRIES, BadMessage, Channel
+from .engine import Engine, Port, table_sizes
 from .rings import RxRing, TxRing, statistics
 
 REPORT_INTERVAL = 0.5
+CHANNEL_BATCH = 32  # messages per wake-up
 
 
 class Worker:
@@ -30,6 +34,8 @@ class Worker:
         self.epoll.register(channel.fileno(), select.EPOLLIN)
         self.by_fd: dict[int, Port] = {}
         self.ring_drops: dict[str, int] = {}  # per hard interface: frames lost for lack of ring slots
+        self.bad_messages = 0  # from the control process, undecodable
+        self.new_table: ForwardingTable | None = None  # a whole table arriving in parts
         self.running = True
 
     def run(self) -> None:
@@ -58,20 +64,32 @@ class Worker:
             return
         for name, port in self.engine.ports.items():
             self.ring_drops[name] = self.ring_drops.get(name, 0) + statistics(port.rx.sock)[1]
+        seen = iter(self.engine.take_seen().items())
+        while part := dict(itertools.islice(seen, PART_ENTRIES)):  # any number of clients
+            self.channel.send(("seen", part), must=True)
         counters = dict(self.engine.counters)
         counters["drop_slow_path_queue"] = self.channel.dropped  # the control process lagged behind
-        self.channel.send(("stats", counters, self.engine.take_seen(), dict(self.ring_drops)), must=True)
+        counters["channel_bad_messages"] = self.bad_messages
+        self.channel.send(("stats", counters, dict(self.ring_drops), table_sizes(self.engine.fwd)), must=True)
 
     def do_report(self, fds) -> None:
         self.report()
 
     def on_channel(self) -> None:
-        while True:
+        for _ in range(CHANNEL_BATCH):  # a whole table in parts: frames are served in between
             try:
                 got = self.channel.recv()
             except EOFError:
                 self.running = False  # the control process is gone
                 return
+            except BadMessage as exc:
+                # Lost, whatever it was; if a table update, our table is stale: ask for it all.
+                self.bad_messages += 1
+                if self.bad_messages == 1:
+                    print(f"batmand worker {os.getpid()}: {exc}; asking for the whole table", file=sys.stderr)
+                self.new_table = None
+                self.channel.send(("resync",), must=True)
+                continue
             if got is None:
                 return
             message, fds = got
@@ -108,6 +126,19 @@ class Worker:
 
     def do_fwd(self, update, fds) -> None:
         self.engine.apply(update)
+
+    def do_table_begin(self, fds) -> None:
+        self.new_table = ForwardingTable()
+
+    def do_table_part(self, update, fds) -> None:
+        if self.new_table is not None:  # else a part of a table cut short: a new one follows
+            self.new_table.apply(update)
+
+    def do_table_end(self, fds) -> None:
+        """The whole table arrived: it replaces ours (until now, frames used the old one)."""
+        if self.new_table is not None:
+            self.engine.set_table(self.new_table)
+            self.new_table = None
 
     def do_stop(self, fds) -> None:
         self.running = False

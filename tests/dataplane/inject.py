@@ -67,3 +67,100 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class FakeOriginators:
+    """Originators that exist only as OGMs relayed by a real neighbour (the frames carry
+    its address: it is the node our packet socket sends from), each announcing clients in
+    TT diffs, as a mesh of many nodes with many clients would look to the node beyond:
+    every OGM is a new seqno and the next TT version, with the VLAN CRC of the result."""
+
+    PER_OGM = 36  # TT changes per OGM, 12 bytes each: an OGM over 512 bytes is dropped (the kernel's walk)
+
+    def __init__(self, relay: bytes, count: int) -> None:
+        self.relay = relay
+        self.origs = [bytes([0x02, 0x5e, 0, 0, i >> 8, i & 0xFF]) for i in range(count)]
+        self.seqno = [1000] * count
+        self.ttvn = [0] * count
+        self.crc = [0] * count
+        self.clients: list[list[bytes]] = [[] for _ in range(count)]
+        self._next = 0
+
+    def new_clients(self, n: int) -> list[bytes]:
+        out = [bytes([0x06, 0xc1]) + (self._next + k).to_bytes(4, "big") for k in range(n)]
+        self._next += n
+        return out
+
+    def ogm(self, i: int, add: list[bytes] = (), remove: list[bytes] = ()) -> bytes:
+        """Originator i's next OGM: its clients `remove`d and `add`ed (at most PER_OGM)."""
+        from batmand.wire import BROADCAST, IvOgm, Mac, TtChange, TtTvlv, TtVlan, build_frame, tt_entry_crc
+        from batmand.wire.constants import TtClientFlags, TtDataFlags
+
+        assert len(add) + len(remove) <= self.PER_OGM
+        gone = set(remove)
+        self.clients[i] = [c for c in self.clients[i] if c not in gone] + list(add)
+        for client in [*remove, *add]:
+            self.crc[i] ^= tt_entry_crc(client, 0, 0)
+        self.ttvn[i] = (self.ttvn[i] + 1) & 0xFF
+        self.seqno[i] += 1
+        changes = [TtChange(flags=TtClientFlags.DEL, addr=Mac(c), vid=0) for c in remove]
+        changes += [TtChange(flags=0, addr=Mac(c), vid=0) for c in add]
+        tt = TtTvlv(flags=TtDataFlags.OGM_DIFF, ttvn=self.ttvn[i], vlans=[TtVlan(crc=self.crc[i], vid=0)],
+                    changes=changes)
+        orig = Mac(self.origs[i])
+        ogm = IvOgm(ttl=49, flags=0, seqno=self.seqno[i], orig=orig, prev_sender=orig, tq=255, tvlvs=[tt])
+        return build_frame(BROADCAST, Mac(self.relay), ogm)
+
+    def grow(self, per_orig: int) -> list[bytes]:
+        """OGMs that give every originator `per_orig` more clients."""
+        frames = []
+        for _ in range(0, per_orig, self.PER_OGM):
+            for i in range(len(self.origs)):
+                frames.append(self.ogm(i, add=self.new_clients(min(self.PER_OGM, per_orig))))
+        return frames
+
+    def churn(self, rounds: int) -> tuple[list[bytes], list[bytes], list[bytes]]:
+        """OGMs in which every originator replaces its oldest PER_OGM / 2 clients with new
+        ones, `rounds` times; and the clients removed and added."""
+        frames, removed, added = [], [], []
+        half = self.PER_OGM // 2
+        for _ in range(rounds):
+            for i in range(len(self.origs)):
+                old, new = self.clients[i][:half], self.new_clients(half)
+                frames.append(self.ogm(i, add=new, remove=old))
+                removed += old
+                added += new
+        return frames, removed, added
+
+
+class Sniffer:
+    """Every frame arriving on an interface of a namespace (a packet socket opened inside
+    it); unicast() picks the batman-adv UNICAST frames for given inner destinations."""
+
+    def __init__(self, ns: str, ifname: str) -> None:
+        from tests.netns import entered
+
+        with entered(ns):
+            self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+            self.sock.bind((ifname, 0))
+        self.sock.setblocking(False)
+        self.frames: list[bytes] = []
+
+    def take(self) -> list[bytes]:
+        while True:
+            try:
+                data, addr = self.sock.recvfrom(65535)
+            except BlockingIOError:
+                break
+            if addr[2] != socket.PACKET_OUTGOING:
+                self.frames.append(data)
+        frames, self.frames = self.frames, []
+        return frames
+
+    def unicast(self, inner_dsts) -> list[bytes]:
+        wanted = set(inner_dsts)
+        return [f for f in self.take() if f[12:14] == b"\x43\x05" and f[14] == 0x40 and f[24:30] in wanted]
+
+    def close(self) -> None:
+        self.sock.close()

@@ -124,7 +124,7 @@ class InlineDataPlane:
         for name, port in self.engine.ports.items():
             self.ring_drops[name] += statistics(port.rx.sock)[1]
         counters = self.engine.counters
-        return {"workers": [], "ring_drops": dict(self.ring_drops),
+        return {"workers": [], "ring_drops": dict(self.ring_drops), "table": table_sizes(self.engine.fwd),
                 "drops": {"socket": sum(self.ring_drops.values()), "daemon": counters["tx_ring_full"],
                           "tap_write": counters["tap_write_dropped"]}}
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import signal
+import subprocess
 import sys
 import time
 
@@ -19,6 +21,7 @@ from batmand.core.events import ClientRoute, ForwardingUpdate, OrigRoute
 from batmand.core.forwarding import ForwardingTable
 from batmand.dataplane.channel import (MAX_MESSAGE, PART_ENTRIES, BadMessage, Channel, Outbox, encode, pair,
                                        split_update)
+from batmand.dataplane.pool import worker_command
 from batmand.wire import Mac
 from tests.daemon.labs import best_routes, wait_for
 from tests.dataplane.inject import FakeOriginators, Sniffer, dp, mac, pair_lab, send_frames
@@ -253,3 +256,48 @@ def test_outbox_never_waits_for_a_worker_that_does_not_read():
     print(f"slowest put {slowest * 1000:.1f} ms; resyncs {len(stale)}")
     assert slowest < 0.01, f"a put took {slowest * 1000:.0f} ms"
     assert len(mirror.clients) == 200 * 300 - 199 * 50 and mirror.own_ttvn == (100_000 + 199 * 500) & 0xFF
+
+
+def test_worker_asks_for_the_whole_table_after_an_undecodable_message():
+    """A real worker process that receives a message cut short (longer than a receive
+    takes) stays up, counts it and asks for the whole table; given it, its table is the
+    sender's."""
+    ours, theirs = pair()
+    proc = subprocess.Popen(worker_command(theirs.fileno()), pass_fds=[theirs.fileno()], stderr=subprocess.PIPE)
+    theirs.close()
+    tap_stand_in, w = os.pipe()  # never readable: the worker's TAP queue stays quiet
+    try:
+        ours.send_data(encode(("config", {"gro": True, "csum_offload": True})), [tap_stand_in])
+        ours.sock.send(encode(("fwd", _update(1, 6500))))  # over MAX_MESSAGE
+        assert _next_message(ours) == ("resync",)
+        table = ForwardingTable()
+        table.apply(_update(1, 6500))
+        ours.sock.setblocking(True)
+        ours.send_data(encode(("table_begin",)))
+        for part in split_update(ForwardingUpdate(table.origs, table.clients, table.local_clients, table.own_ttvn)):
+            ours.send_data(encode(("table_part", part)))
+        ours.send_data(encode(("table_end",)))
+        ours.send_data(encode(("report",)))
+        stats = _next_message(ours, "stats")
+        ours.send_data(encode(("stop",)))
+        code = proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        ours.close()
+        for fd in (tap_stand_in, w):
+            os.close(fd)
+    assert code == 0, proc.stderr.read().decode(errors="replace")
+    assert stats[1]["channel_bad_messages"] == 1
+    assert stats[3] == {"origs": 1, "clients": 6500, "local_clients": 1}
+
+
+def _next_message(channel: Channel, kind: str | None = None, timeout: float = 10.0) -> tuple:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        select.select([channel.fileno()], [], [], 0.1)
+        got = channel.recv()
+        if got is not None and (kind is None or got[0][0] == kind):
+            return got[0]
+    raise AssertionError(f"no {kind or 'message'} from the worker within {timeout} s")

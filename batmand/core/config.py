@@ -165,7 +165,7 @@ class Text:
 
 @dataclass(frozen=True)
 class ListOf:
-    item: Text
+    item: Text | Range
 
     def parse(self, raw) -> list:
         items = raw if isinstance(raw, list) else [x for x in str(raw).split(",") if x]
@@ -262,6 +262,11 @@ class MeshConfig:
     loglevel: str = setting("none", Levels(LOG_LEVELS), batctl=("loglevel", "ll"), help="debug log (batctl ll)")
     # ETH_MIN_MTU..ETH_DATA_LEN: the kernel's range before jumbo frames, which our rings assume
     mtu: int = setting(1500, Range(68, 1500), live=False, help="soft interface MTU")
+    # the kernel creates a VLAN when one is added to bat0 (a VLAN device on it, or a VLAN
+    # filtering bridge it is a port of); a TAP hears of the devices only (netlink)
+    vlans: list = setting(factory=list, allowed=ListOf(Range(1, 4094)),
+                          help="802.1Q VLANs of bat0 besides the VLAN devices on it (a VLAN-filtering bridge's); "
+                               "host frames on other VLANs are refused, as the kernel refuses them")
 
     # timeouts (kernel: main.h constants; the ranges are ours)
     # forwarded OGMs wait up to jitter/2 ms (prandom_u32_max(BATADV_JITTER / 2)): at least 1 ms;

@@ -13,7 +13,7 @@ import random
 from batmand.wire import (Bcast, Elp, IcmpPacket, IcmpRRPacket, IcmpTpPacket, InnerFrame, IvOgm, Mac, Ogm2, RoamTvlv,
                           TtTvlv, Unicast, Unicast4Addr, UnicastFrag, UnicastTvlv, UnknownUnicast, WireError,
                           build_frame, decode_frame, DatTvlv, GatewayTvlv, McastTvlv)
-from batmand.wire.constants import ETH_P_BATMAN, PACKET_TYPE_NAMES, TTL
+from batmand.wire.constants import ETH_P_BATMAN, PACKET_TYPE_NAMES, TTL, VLAN_HAS_TAG
 
 from .bat_iv import BatmanIV
 from .bat_v import BatmanV
@@ -29,6 +29,9 @@ from .routing import Routing, inner_vid
 from .translation_table import TranslationTable
 
 ALGORITHMS = {"BATMAN_IV": BatmanIV, "BATMAN_V": BatmanV}
+# Receivers ignore an OGM longer than 512 bytes (BATADV_MAX_AGGREGATION_BYTES, kernels before
+# batman-adv 2025.1): what our OGM's TVLVs may take, after IV's header (OGMv2's is shorter)
+OGM_TVLV_ROOM = 512 - 24
 FRAG_MAX_FRAG_SIZE = 1280
 FRAG_HEADER = 20
 FRAG_MAX_FRAGMENTS = 16
@@ -249,6 +252,25 @@ class Mesh:
         """batadv_check_management_packet: broadcast destination, a valid unicast source."""
         src = frame.ethernet.h_source
         return frame.ethernet.h_dest.is_broadcast and not src.is_multicast and any(src)
+
+    def ogm_tvlv_room(self) -> int:
+        """Bytes the TVLVs of our OGM may take; TT gets what the other containers leave."""
+        return OGM_TVLV_ROOM
+
+    def set_vlans(self, now: float, vids: set[int]) -> list:
+        """The 802.1Q VLANs of the soft interface (VLAN devices on bat0, configured ones);
+        the untagged VLAN always exists. Those our OGM has no room for are refused
+        (vlans() tells which were taken)."""
+        wanted = {VLAN_HAS_TAG | vid for vid in vids if 0 < vid < 4095}
+        for vid in sorted(self.tt.registered - wanted - {0}):
+            self.tt.remove_vlan(now, vid)
+        for vid in sorted(wanted - self.tt.registered):
+            self.tt.add_vlan(now, vid)
+        return self._take()
+
+    def vlans(self) -> set[int]:
+        """The 802.1Q VLANs of the soft interface that hosts may send on (untagged aside)."""
+        return {vid & 0x0FFF for vid in self.tt.registered if vid}
 
     def ogm_tvlvs(self, now: float) -> list:
         """The TVLVs of our own (primary) OGM. No DAT or MCAST container until those

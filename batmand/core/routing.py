@@ -66,9 +66,7 @@ class Routing:
         if inner.h_proto == ETH_P_BATMAN:
             mesh.counters.drop("tx_batman_in_batman")
             return
-        vid = inner_vid(inner)
-        if inner.vlan_tci is not None and vid:
-            mesh.tt.add_vlan(now, vid)
+        vid = inner_vid(inner)  # a VLAN the soft interface does not have refuses the client
         if not inner.h_source.is_multicast and not mesh.tt.local_add(now, inner.h_source, vid):
             mesh.counters["tx_dropped"] += 1
             return

@@ -21,6 +21,8 @@ OGM_APPEND_MAX = 3
 ROAMING_MAX_TIME = 20.0
 ROAMING_MAX_COUNT = 5
 TT_CHANGE_LEN = 12
+TT_VLAN_LEN = 8
+TT_TVLV_FIXED = 4 + 4  # the TVLV header and tt_data (flags, ttvn, num_vlan)
 TVLV_OVERHEAD = 20 + 4 + 4  # unicast TVLV header + TVLV header + tt_data
 
 
@@ -82,12 +84,28 @@ class OrigVlan:
     crc: int = 0
 
 
+class RateLimit:
+    """At most `burst` events per `period` seconds (for log lines a peer or host can cause)."""
+
+    def __init__(self, burst: int, period: float) -> None:
+        self.burst, self.period = burst, period
+        self.window_start, self.count = float("-inf"), 0
+
+    def allow(self, now: float) -> bool:
+        if now - self.window_start >= self.period:
+            self.window_start, self.count = now, 0
+        self.count += 1
+        return self.count <= self.burst
+
+
 class TranslationTable:
     def __init__(self, mesh) -> None:
         self.mesh = mesh
         self.ttvn = 0
         self.local: dict[tuple[Mac, int], LocalEntry] = {}
-        self.vlans: list[int] = []  # local VLANs, newest first (the kernel's list order)
+        self.vlans: list[int] = []  # local VLANs announced, newest first (the kernel's list order)
+        self.registered: set[int] = set()  # the VLANs of the soft interface: hosts may send on these
+        self._refusals = RateLimit(10, 5.0)  # the kernel's net_ratelimit(): 10 messages per 5 s
         self.changes: list[TtChange] = []
         self.ogm_append_cnt = 0
         self.last_changeset: list[TtChange] | None = None
@@ -113,11 +131,35 @@ class TranslationTable:
 
     # --- local table ------------------------------------------------------------------------
 
-    def add_vlan(self, now: float, vid: int) -> None:
-        """A VLAN of the soft interface: its own MAC becomes a local client there."""
-        if vid not in self.vlans:
-            self.vlans.insert(0, vid)
-            self.local_add(now, self.mesh.soft_mac, vid)
+    def add_vlan(self, now: float, vid: int) -> bool:
+        """batadv_softif_create_vlan: a VLAN of the soft interface. Its own MAC becomes a
+        local client there, and the host may send on it. Refused (False) when our OGM could
+        not carry one VLAN more: receivers ignore an OGM past 512 bytes."""
+        if vid in self.registered:
+            return True
+        announced = len(self.vlans) + (vid not in self.vlans)
+        if TT_TVLV_FIXED + TT_VLAN_LEN * announced > self.mesh.ogm_tvlv_room():
+            self.counters.drop("tt_vlan_refused")
+            return False
+        self.registered.add(vid)
+        if vid in self.vlans:
+            self.vlans.remove(vid)
+        self.vlans.insert(0, vid)
+        self.local_add(now, self.mesh.soft_mac, vid)
+        return True
+
+    def remove_vlan(self, now: float, vid: int) -> None:
+        """batadv_softif_destroy_vlan: only the soft interface's own entry goes; the VLAN is
+        announced until its clients time out, and takes no new ones."""
+        if vid == 0 or vid not in self.registered:
+            return
+        self.registered.discard(vid)
+        self.local_remove(self.mesh.soft_mac, vid, roaming=False)
+        self._forget_empty_vlans()
+
+    def _forget_empty_vlans(self) -> None:
+        present = {e.vid for e in self.local.values()}
+        self.vlans = [vid for vid in self.vlans if vid in self.registered or vid in present]
 
     def _local_transmit_size(self) -> int:
         return TVLV_OVERHEAD + 8 * len(self.vlans) + _tt_len(len(self.local))
@@ -139,8 +181,10 @@ class TranslationTable:
                 entry.flags &= ~F.ROAM
                 roamed_back = True
         else:
-            if vid not in self.vlans:
+            if vid not in self.registered:
                 self.counters.drop("tt_local_unknown_vlan")
+                if self._refusals.allow(now):
+                    self.mesh.log(f"adding TT local entry {addr} to non-existent VLAN {vid & 0x0FFF}")
                 return False
             limit = min(self.mesh.packet_size_max, TVLV_OVERHEAD + 8 * len(self.vlans)
                         + _tt_len(self.mesh.config.max_local_tt_entries))
@@ -243,12 +287,17 @@ class TranslationTable:
             if entry.flags & F.PENDING:
                 del self.local[key]
                 self.dirty_local.add(key)
+        self._forget_empty_vlans()
         self.local_crcs = {vid: self.local_crc(vid) for vid in self.vlans}
         self.ttvn = (self.ttvn + 1) & 0xFF
         self.ogm_append_cnt = OGM_APPEND_MAX
         changes, self.changes = self.changes, []
-        if _tt_len(len(changes)) > self.mesh.config.mtu:
-            changes = []  # too many for an OGM: receivers will ask for the full table
+        # Too many for an OGM: receivers will ask for the full table. The kernel's limit is
+        # the MTU; ours is also what the OGM has room for, as receivers ignore OGMs past 512
+        # bytes (kernels before batman-adv 2025.1)
+        room = self.mesh.ogm_tvlv_room() - TT_TVLV_FIXED - TT_VLAN_LEN * len(self._local_vlan_data())
+        if _tt_len(len(changes)) > min(self.mesh.config.mtu, room):
+            changes = []
         self.last_changeset = changes or None
         self.tvlv = TtTvlv(flags=TtDataFlags.OGM_DIFF, ttvn=self.ttvn, vlans=self._local_vlan_data(),
                            changes=[TtChange(flags=c.flags, addr=c.addr, vid=c.vid) for c in changes])

@@ -67,6 +67,7 @@ class Service:
         self.links: LinkMonitor | None = None  # every interface of the namespace, kept current
         self.ports: set[str] = set()  # hard interfaces with data-plane rings
         self._port_failed: set[str] = set()  # rings that could not be opened: retried
+        self._vlans_refused: set[int] = set()  # VLANs of bat0 the OGM had no room for (logged once)
         self._saved: state.Saved | None = None  # seqnos from the state file, applied as interfaces attach
         self._state_loaded = False
 
@@ -123,6 +124,7 @@ class Service:
                 self.wanted.add(ifname)
                 self.add_interface(ifname)
             self.links.start(self.loop, self._on_link)
+            self._update_vlans()
             self.softif.up()
             await self.control.start()
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -236,6 +238,7 @@ class Service:
             except (OSError, ValueError) as exc:
                 log.warning("cannot attach %s: %s; it is attached when it appears", ifname, exc)
         self.options.interfaces = sorted(self.wanted)
+        self._update_vlans()
         log.info("configuration reloaded")
         self.notifier.send(READY=1, STATUS=self._status())
 
@@ -389,7 +392,16 @@ class Service:
             self.dataplane.remove_port(ifname)
 
     def _update_vlans(self) -> None:
-        """VLAN devices on bat0 were created or removed (the kernel's ndo_vlan_rx_add_vid)."""
+        """The VLANs of bat0 (the kernel's ndo_vlan_rx_add_vid / kill_vid): the VLAN devices
+        on it, and the configured ones. The host's frames on any other VLAN are refused."""
+        softif = self.links.by_name(self.softif.name)
+        wanted = (self.links.vlans_on(softif.index) if softif else set()) | set(self.mesh.config.vlans)
+        self._apply(self.mesh.set_vlans(self.now(), wanted))
+        refused = wanted - self.mesh.vlans()
+        for vid in sorted(refused - self._vlans_refused):
+            log.error("VLAN %d of %s refused: our OGM has no room for another VLAN (receivers ignore OGMs "
+                      "longer than 512 bytes)", vid, self.softif.name)
+        self._vlans_refused = refused
 
     def _apply_hardif_settings(self, iface) -> None:
         """The configured per-interface settings, or the kernel's defaults."""

@@ -86,7 +86,8 @@ BATMAND = [sys.executable, "-m", "batmand.daemon_main"]
 NOT_SETTINGS = {"mesh", "hardif", "argv"}  # Options fields the keys fill in
 # out-of-range strings for keys whose range is a pattern (a TOML string and a --set word)
 BAD_TEXT = {"meshif": "bat/0", "interfaces": ["an-interface-name-too-long"], "control_socket": "/" + "s" * 120,
-            "state_dir": "relative/dir", "control_group": "no-such-group-here", "mac": "01:00:5e:00:00:01"}
+            "state_dir": "relative/dir", "control_group": "no-such-group-here", "mac": "01:00:5e:00:00:01",
+            "vlans": [5, 4095]}
 
 
 def _all_settings():
@@ -135,7 +136,7 @@ def test_every_range_is_enforced_in_the_file_and_on_the_command_line(tmp_path, k
             load(["--config", str(_write(tmp_path, f"{key} = {json.dumps(bad)}\n"))])
         assert str(refused.value).startswith(f"{tmp_path / 'bat0.toml'}: {_expected(s, bad)}"), refused.value
         if isinstance(bad, list):
-            bad = ",".join(bad)
+            bad = ",".join(map(str, bad))
         with pytest.raises(OptionsError) as refused:
             load(["--config", str(_write(tmp_path, "")), "--set", f"{key}={bad}"])
         assert str(refused.value).startswith(f"command line: {_expected(s, bad)}"), refused.value

@@ -30,6 +30,9 @@ log = logging.getLogger("batmand")
 
 BATCH = 64  # frames per wake-up before the engine looks at its control messages again
 DECISION_CACHE = 4096  # cached forwarding decisions per hard interface
+# what a decision depends on: our 24-byte header, the inner addresses, a VLAN tag and the
+# ethertype behind it
+DECISION_KEY = UNICAST_PREFIX_LEN + 18
 DELIVER, SLOW = "deliver", "slow"
 _BATMAN = b"\x43\x05"
 _VLAN = b"\x81\x00"
@@ -52,7 +55,7 @@ class Port:
         self.mtu = mtu
         self.rx = rx
         self.tx = tx
-        self.decisions: dict = {}  # first 40 bytes of a received frame -> Engine._decide()
+        self.decisions: dict = {}  # first DECISION_KEY bytes of a received frame -> Engine._decide()
 
 
 def table_sizes(table: ForwardingTable) -> dict:
@@ -342,12 +345,14 @@ class Engine:
 
     def _decide(self, port: Port, frame) -> object:
         """What to do with a UNICAST frame from `port`: DELIVER, (out port, next hop) to
-        forward, or SLOW. Depends only on the first 40 bytes (addresses, TTL, TTVN, the
-        inner destination and tag), so on_port caches it per port until the tables change."""
+        forward, or SLOW. Depends only on the first DECISION_KEY bytes (addresses, TTL, TTVN,
+        the inner destination, tag and ethertype), so on_port caches it per port until the
+        tables change. Batman-in-batman goes to the core, which drops it (as the kernel does,
+        to prevent loops)."""
         if len(frame) < UNICAST_PREFIX_LEN + 14 or frame[15] != 15 or frame[0:6] != port.mac:
             return SLOW
         tagged = _vid(frame, UNICAST_PREFIX_LEN)
-        if tagged is None:
+        if tagged is None or frame[tagged[1]:tagged[1] + 2] == _BATMAN:
             return SLOW
         client = (bytes(frame[24:30]), tagged[0])
         if frame[18:24] == self.primary:
@@ -397,13 +402,13 @@ class Engine:
                 if csum_start < _INNER_L3 or csum_start + csum_offset + 2 > length:
                     counters["drop_bad_csum"] += 1  # its sender (a VM, a container) pointed it into our header
                     continue
-            key = bytes(view[off:off + 40])
+            key = bytes(view[off:off + DECISION_KEY])
             decision = decisions.get(key)
             if decision is None:
                 decision = self._decide(port, view[off:off + length])
                 if len(decisions) >= DECISION_CACHE:
                     decisions.clear()  # a peer varying addresses cannot grow it
-                if length >= 40:
+                if length >= DECISION_KEY:
                     decisions[key] = decision
             if decision is DELIVER:
                 delivered += 1

@@ -16,6 +16,7 @@ from batmand.wire.constants import TT_SYNC_MASK, TtClientFlags as F, TtDataFlags
 from batmand.wire.tt_crc import tt_entry_crc
 
 from .bitarray import seq_before8
+from .eviction import EvictionOrder
 
 OGM_APPEND_MAX = 3
 ROAMING_MAX_TIME = 20.0
@@ -119,6 +120,9 @@ class TranslationTable:
         # budget of their own and never take an announced client's place
         self.temporary: OrderedDict[tuple[Mac, int], None] = OrderedDict()
         self.orig_temporary: dict[Mac, int] = {}  # originator -> its temporary entries
+        # originators that announced clients, least recently announcing first: when the table
+        # is full, those without evidence (see OriginatorTable) lose theirs to a routed one's
+        self.announcers = EvictionOrder()
         self.requests: dict[Mac, float] = {}  # originator -> when our TT request went out
         self.unrouted: dict[Mac, TtTvlv] = {}  # requests that found no route: sent when one appears
         self.roam_counts: dict[Mac, tuple[float, int]] = {}  # client -> (first time, roams left)
@@ -416,12 +420,33 @@ class TranslationTable:
 
     def _room_for_announced(self, orig: Mac, *, new: bool) -> bool:
         cfg = self.mesh.config
-        if new and self._announced() >= cfg.max_global_tt_entries:
+        if new and self._announced() >= cfg.max_global_tt_entries and not self._evict_unproven(orig):
             self.counters.drop("tt_global_table_full")
             return False
         if self._announced(orig) >= cfg.max_global_tt_entries_per_originator:
             self.counters.drop("tt_global_originator_full")
             return False
+        return True
+
+    def _evict_unproven(self, orig: Mac) -> bool:
+        """A full table takes a client of an originator with evidence (a route, echoes) by
+        dropping everything one without evidence announced, least recently announcing first;
+        spoofed originators' clients thus never keep a real one out."""
+        originators = self.mesh.originators
+        node = originators.get(orig)
+        if node is None or not originators.evidence(node):
+            return False
+
+        def unproven(other: Mac) -> bool:
+            other_node = originators.get(other)
+            return other_node is not None and self._announced(other) > 0 and not originators.evidence(other_node)
+
+        while self._announced() >= self.mesh.config.max_global_tt_entries:
+            weakest = self.announcers.pop_weakest(unproven)
+            if weakest is None:
+                return False
+            self.counters.drop("tt_global_evicted")
+            self.global_del_orig(originators.get(weakest))
         return True
 
     def _make_room_for_temporary(self) -> None:
@@ -456,6 +481,8 @@ class TranslationTable:
             temporary = bool(entry.flags & F.TEMP)
             if (temporary or orig not in entry.origs) and not self._room_for_announced(orig, new=temporary):
                 return False
+            if self.global_.get(key) is not entry:  # it went with what an unproven originator announced
+                return self.global_add(now, orig, addr, vid, flags, ttvn)
             if temporary:
                 for other in list(entry.origs):
                     self._global_del_orig_entry(entry, other)
@@ -467,6 +494,8 @@ class TranslationTable:
                 entry.flags &= ~F.ROAM
                 entry.roam_at = 0.0
         self._global_add_orig_entry(entry, orig, ttvn, flags)
+        if not entry.flags & F.TEMP:
+            self.announcers.add(orig)
         return self._after_global_add(entry, addr, vid, flags)
 
     def _after_global_add(self, entry: GlobalEntry, addr: Mac, vid: int, flags: int) -> bool:
@@ -504,6 +533,7 @@ class TranslationTable:
                 if not entry.origs:
                     self._global_free(entry)
         self.by_orig.pop(orig_node.orig, None)
+        self.announcers.discard(orig_node.orig)
         orig_node.has_tt = False
         orig_node.tt_crcs = {}
 

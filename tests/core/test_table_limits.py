@@ -218,6 +218,40 @@ def test_temporary_entries_do_not_use_up_an_originators_budget():
     assert len(B.tt.by_orig[A.orig]) > B.config.max_global_tt_entries_per_originator  # the temporary ones
 
 
+def test_clients_of_spoofed_originators_never_lock_out_a_routed_originators():
+    """Spoofed originators (no route, never bidirectional) announce clients in their OGM
+    diffs until the global table is full; a client of A (which B has a route to) still gets
+    in, and what goes is what an unrouted originator announced."""
+    net = Network(seed=47, config=MeshConfig(max_global_tt_entries=2_000))
+    net.add_node("A")
+    net.add_node("B")
+    net.link("A", "B")
+    net.run_for(10.0)
+    B = net.nodes["B"].mesh
+
+    def announcing(i: int) -> bytes:
+        changes = [TtChange(flags=0, addr=client(1000 * i + k), vid=0) for k in range(20)]
+        return spoofed_ogm(i, tvlvs=[TtTvlv(flags=TtDataFlags.OGM_DIFF, ttvn=1, vlans=[TtVlan(crc=0, vid=0)],
+                                            changes=changes)])
+
+    inject(net, "B", "if0", (announcing(i) for i in range(150)))
+    assert sum(1 for e in B.tt.global_.values() if not e.flags & F.TEMP) == 2_000
+    assert B.counters["drop_tt_global_table_full"] > 0
+
+    real = Mac("02:cc:00:00:01:03")
+    announce(net, "A", real)
+    net.run_for(5.0)
+    entry = B.tt.global_.get((real, 0))
+    assert entry is not None and not entry.flags & F.TEMP and set(entry.origs) == {net.nodes["A"].orig}
+    assert B.counters["drop_tt_global_evicted"] > 0
+    assert sum(1 for e in B.tt.global_.values() if not e.flags & F.TEMP) <= 2_000
+    assert (soft(net, "A"), 0) in B.tt.global_  # A's own MAC stayed
+
+
+def soft(net: Network, name: str) -> Mac:
+    return net.nodes[name].mesh.soft_mac
+
+
 # --- limits read when used (a reload that changes them) -------------------------------------
 
 
@@ -363,14 +397,19 @@ def _reference_crcs(tt, orig: Mac) -> dict:
     return crcs
 
 
-def test_incremental_crc_equals_a_full_recomputation():
+@pytest.mark.parametrize("limit", [None, 15])
+def test_incremental_crc_equals_a_full_recomputation(limit):
+    """Random adds, deletes, roams, temporary entries, timeouts and (with a tight limit, where
+    the first originator counts as routed) evictions: the kept CRCs equal a recomputation."""
     import random
 
     rng = random.Random(5)
-    mesh = _mesh()
+    mesh = _mesh(**({"max_global_tt_entries": limit} if limit else {}))
     origs = [spoofed(i) for i in range(4)]
     _receive(mesh, (spoofed_ogm(i) for i in range(4)))
     nodes = [mesh.originators.get(o) for o in origs]
+    if limit:
+        mesh.originators.evidence = lambda node: node.orig == origs[0]
     tt = mesh.tt
     macs = [client(k) for k in range(40)]
     for step in range(3000):
@@ -394,11 +433,17 @@ def test_incremental_crc_equals_a_full_recomputation():
         for other in nodes:
             tt.update_orig_crc(other)
             assert other.tt_crcs == _reference_crcs(tt, other.orig), step
+        for key in {k for keys in tt.by_orig.values() for k in keys}:
+            assert key in tt.global_, step  # nothing refers to a freed entry
         temporary = [key for key, entry in tt.global_.items() if entry.flags & F.TEMP]
         assert sorted(tt.temporary) == sorted(temporary), step
         for other in nodes:
             expected = sum(1 for key in temporary if other.orig in tt.global_[key].origs)
             assert tt.orig_temporary.get(other.orig, 0) == expected, step
+        if limit:
+            assert tt._announced() <= limit, step
+    if limit:
+        assert mesh.counters["drop_tt_global_evicted"] > 0 and mesh.counters["drop_tt_global_table_full"] > 0
 
 
 # --- batman-in-batman ----------------------------------------------------------------------

@@ -164,6 +164,10 @@ def announce(net: Network, name: str, mac: Mac) -> None:
     net.host_send(name, bytes(BROADCAST) + bytes(mac) + b"\x08\x06" + bytes(28))
 
 
+def soft(net: Network, name: str) -> Mac:
+    return net.nodes[name].mesh.soft_mac
+
+
 def test_temporary_entries_never_lock_out_announced_clients():
     """100,000 broadcasts from new clients, claimed by 60 originators B knows (spoofed ones,
     learnt from relayed OGMs): without a budget of their own they fill the 100,000-entry
@@ -246,10 +250,6 @@ def test_clients_of_spoofed_originators_never_lock_out_a_routed_originators():
     assert B.counters["drop_tt_global_evicted"] > 0
     assert sum(1 for e in B.tt.global_.values() if not e.flags & F.TEMP) <= 2_000
     assert (soft(net, "A"), 0) in B.tt.global_  # A's own MAC stayed
-
-
-def soft(net: Network, name: str) -> Mac:
-    return net.nodes[name].mesh.soft_mac
 
 
 # --- limits read when used (a reload that changes them) -------------------------------------

@@ -297,7 +297,7 @@ class MeshConfig:
     # covers 10,000 new senders per few seconds at a tenth of the global table's memory
     max_temporary_tt_entries: int = setting(10_000, Range(1, 10_000_000),
                                             help="temporary clients kept (learnt from broadcasts)")
-    max_pending_tt_requests: int = setting(1_000, Range(1, 100_000), help="TT requests waiting for an answer")
+    max_pending_tt_requests: int = setting(1_000, Range(1, 100_000), help="TT requests waiting for an answer or a route")
     max_forward_queue: int = setting(256, Range(1, 65_536),
                                      help="forwarded OGMs waiting to go out (BATADV_BATMAN_QUEUE_LEN)")
     max_bcast_queue: int = setting(256, Range(1, 65_536), help="broadcasts waiting to go out (BATADV_BCAST_QUEUE_LEN)")

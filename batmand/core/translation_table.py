@@ -592,7 +592,10 @@ class TranslationTable:
         issued = self.requests.get(orig_node.orig)
         if issued is not None and now - issued <= self.mesh.config.tt_request_timeout_ms / 1000.0:
             return  # one outstanding request per originator
-        if issued is None and len(self.requests) >= self.mesh.config.max_pending_tt_requests:
+        # pending: sent and unanswered, or waiting for a route; one budget for both
+        pending = len(self.requests) + len(self.unrouted)
+        if issued is None and orig_node.orig not in self.unrouted \
+                and pending >= self.mesh.config.max_pending_tt_requests:
             self.counters.drop("tt_pending_requests_full")
             return
         flags = TtDataFlags.REQUEST | (TtDataFlags.FULL_TABLE if full_table else 0)
@@ -609,8 +612,8 @@ class TranslationTable:
             self.requests[orig] = now
             self.unrouted.pop(orig, None)
             self.counters["tt_request_tx"] += 1
-        elif orig in self.unrouted or len(self.unrouted) < self.mesh.config.max_pending_tt_requests:
-            self.unrouted[orig] = tvlv
+        else:
+            self.unrouted[orig] = tvlv  # within the pending budget (send_request checked it)
 
     def route_appeared(self, now: float, orig_node) -> None:
         """A route to the originator exists again: a request that had none goes out now

@@ -1,0 +1,58 @@
+"""TT requests that find no route: the kernel records them anyway and asks again only after
+the 3 s request timeout (a link that comes back up then carries no unicast for 3 s); ours
+wait for the route and go out the moment it exists. Waiting and unanswered requests share
+one budget (max_pending_tt_requests), so spoofed originators cannot pile them up."""
+
+from __future__ import annotations
+
+from batmand.core.config import MeshConfig
+from batmand.core.events import Transmit
+from batmand.core.mesh import Mesh
+from batmand.core.originator import NeighNode
+from batmand.wire import Mac, TtDataFlags, TtTvlv, TtVlan, UnicastTvlv, decode_frame
+
+
+def _mesh(**config) -> Mesh:
+    mesh = Mesh(MeshConfig(**config), soft_mac=Mac("02:00:00:00:00:aa"), now=0.0)
+    mesh.add_interface(0.0, "e0", Mac("02:00:00:00:00:01"))
+    return mesh
+
+
+def _announce(mesh: Mesh, now: float, orig: Mac):
+    """orig's OGM TT container (ttvn 1, no changes): we must ask for its table."""
+    node = mesh.originators.get_or_create(orig, now)
+    mesh.ogm_tvlvs_received(now, node, [TtTvlv(flags=TtDataFlags.OGM_DIFF, ttvn=1, vlans=[TtVlan(crc=5, vid=0)])])
+    return node, mesh._take()
+
+
+def _requests(actions) -> list[UnicastTvlv]:
+    out = []
+    for action in actions:
+        if isinstance(action, Transmit):
+            packet = decode_frame(action.frame).packet
+            if isinstance(packet, UnicastTvlv):
+                out.append(packet)
+    return out
+
+
+def test_a_request_without_a_route_goes_out_when_the_route_appears():
+    mesh = _mesh()
+    orig = Mac("02:00:00:00:00:02")
+    node, actions = _announce(mesh, 1.0, orig)
+    assert _requests(actions) == [] and mesh.counters["tt_request_tx"] == 0  # no route yet
+    neigh = NeighNode(orig, mesh.iface("e0"), node, 1.1)
+    node.neighbours[(orig, mesh.iface("e0"))] = neigh
+    mesh.update_route(node, None, neigh, 1.1)  # long before the kernel's 3 s
+    sent = _requests(mesh._take())
+    assert len(sent) == 1 and sent[0].dst == orig and mesh.counters["tt_request_tx"] == 1
+    assert sent[0].tvlvs[0].flags & TtDataFlags.REQUEST
+
+
+def test_waiting_and_unanswered_requests_share_one_budget():
+    mesh = _mesh(max_pending_tt_requests=10)
+    for n in range(25):  # originators we have no route to, each asking to be asked
+        _announce(mesh, 1.0, Mac(bytes([2, 0x5e, 0, 0, 0, n])))
+    assert len(mesh.tt.unrouted) == 10
+    assert mesh.counters["drop_tt_pending_requests_full"] == 15
+    _announce(mesh, 2.0, Mac(bytes([2, 0x5e, 0, 0, 0, 3])))  # one that already waits: no new slot needed
+    assert mesh.counters["drop_tt_pending_requests_full"] == 15

@@ -5,8 +5,6 @@ namespaces; the daemon keeps serving after each."""
 
 import contextlib
 import os
-import signal
-import subprocess
 import sys
 import time
 
@@ -16,8 +14,9 @@ from batmand.core.ping import PingSession
 from batmand.daemon import protocol
 from batmand.wire import Mac
 from tests.daemon.control_client import RawClient
+from tests.daemon.daemons import start, stop
 from tests.daemon.labs import wait_for
-from tests.netns import in_netns, ip, namespace
+from tests.netns import ip, namespace
 
 BATMAND = [sys.executable, "-m", "batmand.daemon_main"]
 NOBODY = "02:00:00:00:00:09"  # no such originator: every probe is answered "unreachable" at once
@@ -25,23 +24,15 @@ NOBODY = "02:00:00:00:00:09"  # no such originator: every probe is answered "unr
 
 @contextlib.contextmanager
 def _daemon(ns: str, sock: str, log_path, *args: str):
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(in_netns(ns, [*BATMAND, "-i", "e0", "--workers", "0", "--control-socket", sock,
-                                              "--set", "orig_interval_ms=200", *args]), stdout=log,
-                                stderr=subprocess.STDOUT)
+    proc = start(ns, ["-i", "e0", "--workers", "0", "--control-socket", sock, "--set", "orig_interval_ms=200", *args],
+                 log_path)
     try:
         wait_for(lambda: os.path.exists(sock) or proc.poll() is not None, timeout=15)
         assert proc.poll() is None, log_path.read_text()
         yield proc
         assert proc.poll() is None, log_path.read_text()  # still running after the test's abuse
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop(proc)
 
 
 @pytest.fixture

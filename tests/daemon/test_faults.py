@@ -4,9 +4,7 @@ import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 
-import pytest
 
 from tests.daemon.labs import best_routes, make_lab, orig_mac, originators, stats, wait_for
 

@@ -5,56 +5,77 @@ module, the mesh is carried again within about two OGM intervals, and each chang
 logged once."""
 
 import contextlib
-import json
 import os
-import signal
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
 
+from tests.daemon.daemons import answers, ctl, ctl_json, link_mac, linked_namespaces, start, stop
 from tests.daemon.labs import wait_for
 from tests.netns import in_netns, ip, namespace
 
-BATMAND = [sys.executable, "-m", "batmand.daemon_main"]
-BATMANCTL = [sys.executable, "-m", "batmand.cli.main"]
 INTERVAL_MS = 200
 ADDRESS = {"A": "10.99.0.1", "B": "10.99.0.2"}
+
+
+def _mesh_up(ns: dict) -> None:
+    """Both daemons answer, bat0 has its address and is up, A pings B."""
+    wait_for(lambda: all(answers(n) for n in ns.values()), timeout=20)
+    for node, n in ns.items():
+        ip("addr", "add", f"{ADDRESS[node]}/24", "dev", "bat0", netns=n)
+        ip("link", "set", "bat0", "up", netns=n)
+    wait_for(lambda: _pings(ns["A"], "B"), timeout=30)
+
+
+def _pings(ns: str, dst: str, timeout: float = 0.3) -> bool:
+    return subprocess.run(in_netns(ns, ["ping", "-c", "1", "-W", str(timeout), ADDRESS[dst]]),
+                          capture_output=True).returncode == 0
+
+
+@contextlib.contextmanager
+def _daemons(tmp_path, ns: dict, args: dict, env: dict | None = None):
+    """batmand in each node (args[node]); A with `env`; stopped (by PID) on the way out."""
+    procs, logs = {}, {}
+    try:
+        for node, n in ns.items():
+            logs[node] = tmp_path / f"{node}.log"
+            procs[node] = start(n, args[node], logs[node], env=env if node == "A" else None)
+        _mesh_up(ns)
+        yield procs, logs
+        for node, proc in procs.items():
+            assert proc.poll() is None, f"{node} exited:\n{logs[node].read_text()}"
+    finally:
+        for proc in procs.values():
+            stop(proc)
 
 
 class Pair:
     """Nodes A and B joined by two veth pairs: p1 (each node's primary) and p2."""
 
-    def __init__(self, ns: dict, procs: dict, logs: dict):
-        self.ns, self.procs, self.logs = ns, procs, logs
-
-    def ctl(self, node: str, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(in_netns(self.ns[node], [*BATMANCTL, *args]), capture_output=True, text=True,
-                              timeout=30)
+    def __init__(self, ns: dict, logs: dict):
+        self.ns, self.logs = ns, logs
 
     def link(self, node: str, ifname: str, up: bool) -> None:
         ip("link", "set", ifname, "up" if up else "down", netns=self.ns[node])
 
     def pings(self, src: str, dst: str, timeout: float = 0.3) -> bool:
-        out = subprocess.run(in_netns(self.ns[src], ["ping", "-c", "1", "-W", str(timeout), ADDRESS[dst]]),
-                             capture_output=True, text=True)
-        return out.returncode == 0
+        return _pings(self.ns[src], dst, timeout)
 
     def interfaces(self, node: str) -> list[str]:
-        return self.ctl(node, "if").stdout.split()
+        return ctl(self.ns[node], "if").stdout.split()
 
     def hears(self, node: str, ifname: str) -> bool:
         """`node` has heard its neighbour on `ifname` within the last two OGM intervals."""
-        rows = json.loads(self.ctl(node, "n", "--json").stdout or "[]")
-        return any(r["hard_ifname"] == ifname and r["last_seen_msecs"] < 2 * INTERVAL_MS for r in rows)
+        return any(r["hard_ifname"] == ifname and r["last_seen_msecs"] < 2 * INTERVAL_MS
+                   for r in ctl_json(self.ns[node], "n"))
 
     def routes_via(self, node: str, other: str, ifname: str) -> bool:
         """`node` has a route (TQ > 0) to `other`'s originator through `ifname`."""
-        orig = json.loads(ip("-j", "link", "show", "p1", netns=self.ns[other]))[0]["address"]
-        rows = json.loads(self.ctl(node, "o", "--json").stdout or "[]")
-        return any(r["orig_address"] == orig and r["hard_ifname"] == ifname and r.get("tq", 1) > 0 for r in rows)
+        orig = link_mac(self.ns[other], "p1")
+        return any(r["orig_address"] == orig and r["hard_ifname"] == ifname and r.get("tq", 1) > 0
+                   for r in ctl_json(self.ns[node], "o"))
 
     def log(self, node: str) -> str:
         return self.logs[node].read_text()
@@ -68,33 +89,10 @@ def pair(tmp_path, workers: int):
             ip("link", "add", ifname, "netns", a, "type", "veth", "peer", "name", ifname, "netns", b)
             for n in (a, b):
                 ip("link", "set", ifname, "mtu", "1560", "up", netns=n)
-        procs, logs = {}, {}
-        try:
-            for node in ("A", "B"):
-                logs[node] = tmp_path / f"{node}.log"
-                with open(logs[node], "w") as log:
-                    procs[node] = subprocess.Popen(
-                        in_netns(ns[node], [*BATMAND, "-i", "p1", "-i", "p2", "--workers", str(workers),
-                                            "--state-dir", "", "--set", f"orig_interval_ms={INTERVAL_MS}"]),
-                        stdout=log, stderr=subprocess.STDOUT)
-            p = Pair(ns, procs, logs)
-            wait_for(lambda: all(p.ctl(n, "if").returncode == 0 for n in ns), timeout=20)
-            for node in ("A", "B"):
-                ip("addr", "add", f"{ADDRESS[node]}/24", "dev", "bat0", netns=ns[node])
-                ip("link", "set", "bat0", "up", netns=ns[node])
-            wait_for(lambda: p.pings("A", "B"), timeout=20)
-            yield p
-            for node, proc in procs.items():
-                assert proc.poll() is None, f"{node} exited:\n{p.log(node)}"
-        finally:
-            for proc in procs.values():
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
-                    try:
-                        proc.wait(timeout=15)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        proc.wait()
+        args = ["-i", "p1", "-i", "p2", "--workers", str(workers), "--state-dir", "",
+                "--set", f"orig_interval_ms={INTERVAL_MS}"]
+        with _daemons(tmp_path, ns, {"A": args, "B": args}) as (_, logs):
+            yield Pair(ns, logs)
 
 
 def _flap(p: Pair, end: str, ifname: str, down_for: float, traffic: bool) -> float:
@@ -161,47 +159,23 @@ def test_interfaces_down_and_up_again_carry_the_mesh(tmp_path, workers):
 
 
 def test_default_interval_down_and_up(tmp_path):
-    """The same with the default OGM interval (1 s) and data-plane workers: back within
-    about two intervals."""
-    with namespace() as a, namespace() as b:
-        ip("link", "add", "eth0", "netns", a, "type", "veth", "peer", "name", "eth0", "netns", b)
-        procs = []
-        try:
-            for n, addr in ((a, ADDRESS["A"]), (b, ADDRESS["B"])):
-                ip("link", "set", "eth0", "mtu", "1560", "up", netns=n)
-                with open(tmp_path / f"{n}.log", "w") as log:
-                    procs.append(subprocess.Popen(in_netns(n, [*BATMAND, "-m", "bat0", "-i", "eth0", "--state-dir", ""]),
-                                                  stdout=log, stderr=subprocess.STDOUT))
-            ping = lambda: subprocess.run(in_netns(a, ["ping", "-c", "1", "-W", "0.3", ADDRESS["B"]]),  # noqa: E731
-                                          capture_output=True).returncode == 0
-            ctl_ok = lambda n: subprocess.run(in_netns(n, [*BATMANCTL, "if"]), capture_output=True).returncode == 0  # noqa: E731
-            a_orig = json.loads(ip("-j", "link", "show", "eth0", netns=a))[0]["address"]
+    """The same with batmand's defaults (OGM interval 1 s, data-plane workers), as the
+    issue reproduced it: back within about two intervals."""
+    defaults = ["-m", "bat0", "-i", "eth0", "--state-dir", ""]
+    with linked_namespaces() as (a, b), _daemons(tmp_path, {"A": a, "B": b}, {"A": defaults, "B": defaults}):
+        a_orig = link_mac(a, "eth0")
 
-            def b_hears_a() -> bool:  # B received one of A's OGMs within the last interval
-                rows = subprocess.run(in_netns(b, [*BATMANCTL, "o", "--json"]), capture_output=True, text=True).stdout
-                return any(r["orig_address"] == a_orig and r["last_seen_msecs"] < 1000 for r in json.loads(rows or "[]"))
-            wait_for(lambda: ctl_ok(a) and ctl_ok(b), timeout=20)
-            for n, addr in ((a, ADDRESS["A"]), (b, ADDRESS["B"])):
-                ip("addr", "add", f"{addr}/24", "dev", "bat0", netns=n)
-                ip("link", "set", "bat0", "up", netns=n)
-            wait_for(ping, timeout=30)
-            ip("link", "set", "eth0", "down", netns=b)
-            time.sleep(5)  # as the issue's reproduction
-            ip("link", "set", "eth0", "up", netns=b)
-            start = time.monotonic()
-            wait_for(lambda: ping() and b_hears_a(), timeout=15, step=0.05)
-            recovered = time.monotonic() - start
-            print(f"default interval: back after {recovered:.2f} s")
-            assert recovered < 2 * 1.0 + 1.0
-            assert all(proc.poll() is None for proc in procs)
-        finally:
-            for proc in procs:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        def b_hears_a() -> bool:  # B received one of A's OGMs within the last interval
+            return any(r["orig_address"] == a_orig and r["last_seen_msecs"] < 1000 for r in ctl_json(b, "o"))
+
+        ip("link", "set", "eth0", "down", netns=b)
+        time.sleep(5)
+        ip("link", "set", "eth0", "up", netns=b)
+        begin = time.monotonic()
+        wait_for(lambda: _pings(a, "B") and b_hears_a(), timeout=15, step=0.05)
+        recovered = time.monotonic() - begin
+        print(f"default interval: back after {recovered:.2f} s")
+        assert recovered < 2 * 1.0 + 1.0
 
 
 def test_rings_that_cannot_be_opened_after_an_mtu_change_are_retried(tmp_path):
@@ -214,27 +188,11 @@ def test_rings_that_cannot_be_opened_after_an_mtu_change_are_retried(tmp_path):
     notify.bind(str(tmp_path / "notify"))
     notify.settimeout(0.2)
     env = dict(os.environ, NOTIFY_SOCKET=str(tmp_path / "notify"), WATCHDOG_USEC="1000000")
-    with namespace() as a, namespace() as b:
-        ip("link", "add", "eth0", "netns", a, "type", "veth", "peer", "name", "eth0", "netns", b)
-        procs = []
-        try:
-            for n in (a, b):
-                ip("link", "set", "eth0", "mtu", "1560", "up", netns=n)
-            for n, extra in ((a, env), (b, None)):
-                with open(tmp_path / f"{n}.log", "w") as log:
-                    procs.append(subprocess.Popen(
-                        in_netns(n, [*BATMAND, "-i", "eth0", "--workers", "0", "--state-dir", "",
-                                     "--set", f"orig_interval_ms={INTERVAL_MS}"]),
-                        stdout=log, stderr=subprocess.STDOUT, env=extra))
-            for n, addr in ((a, ADDRESS["A"]), (b, ADDRESS["B"])):
-                wait_for(lambda: subprocess.run(in_netns(n, [*BATMANCTL, "if"]), capture_output=True).returncode == 0,
-                         timeout=20)
-                ip("addr", "add", f"{addr}/24", "dev", "bat0", netns=n)
-                ip("link", "set", "bat0", "up", netns=n)
-            ping = lambda: subprocess.run(in_netns(a, ["ping", "-c", "1", "-W", "0.3", ADDRESS["B"]]),  # noqa: E731
-                                          capture_output=True).returncode == 0
-            wait_for(ping, timeout=20)
-            pid = procs[0].pid  # ip netns exec runs the daemon in its own place
+    args = ["-i", "eth0", "--workers", "0", "--state-dir", "", "--set", f"orig_interval_ms={INTERVAL_MS}"]
+    try:
+        with linked_namespaces() as (a, b), \
+                _daemons(tmp_path, {"A": a, "B": b}, {"A": args, "B": args}, env=env) as (procs, logs):
+            pid = procs["A"].pid
             vm_kib = int(next(line.split()[1] for line in open(f"/proc/{pid}/status") if line.startswith("VmSize")))
             # room for a few MB more, not for the receive ring of a 4000-byte MTU (16 MB, twice the old one)
             subprocess.run(["prlimit", f"--pid={pid}", f"--as={(vm_kib + 4096) * 1024}:unlimited"], check=True)
@@ -244,20 +202,12 @@ def test_rings_that_cannot_be_opened_after_an_mtu_change_are_retried(tmp_path):
             _drain(notify)
             time.sleep(2.5)
             assert "WATCHDOG=1" in _drain(notify), "the housekeeping stopped"
-            assert "cannot open the data-plane rings" in (tmp_path / f"{a}.log").read_text()
+            assert "cannot open the data-plane rings" in logs["A"].read_text()
             subprocess.run(["prlimit", f"--pid={pid}", "--as=unlimited:unlimited"], check=True)
-            wait_for(lambda: "data-plane rings open" in (tmp_path / f"{a}.log").read_text(), timeout=10)
-            wait_for(ping, timeout=10)
-            assert all(p.poll() is None for p in procs)
-        finally:
-            notify.close()
-            for proc in procs:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            wait_for(lambda: "data-plane rings open" in logs["A"].read_text(), timeout=10)
+            wait_for(lambda: _pings(a, "B"), timeout=10)
+    finally:
+        notify.close()
 
 
 def _drain(sock) -> str:

@@ -15,8 +15,9 @@ from batmand.core.config import (HARDIF_SETTINGS, MESH_SETTINGS, Choice, Flag, H
                                  MeshConfig, Range, Text)
 from batmand.daemon.options import DAEMON_SETTINGS, SETTINGS, Options, OptionsError, load
 from tests.daemon.control_client import RawClient
+from tests.daemon.daemons import start, stop, veth_namespace
 from tests.daemon.labs import make_lab, orig_mac, originators, wait_for
-from tests.netns import in_netns, ip, namespace
+from tests.netns import in_netns, ip
 
 
 def test_defaults_are_the_kernels(tmp_path):
@@ -176,9 +177,7 @@ def test_rules_between_keys(tmp_path):
 
 @pytest.fixture
 def veth_ns():
-    with namespace() as ns:
-        ip("link", "add", "e0", "mtu", "1560", "type", "veth", "peer", "name", "p0", "mtu", "1560", netns=ns)
-        ip("link", "set", "p0", "up", netns=ns)
+    with veth_namespace() as ns:
         yield ns
 
 
@@ -209,22 +208,14 @@ def test_a_bad_value_is_refused_before_anything_is_created(veth_ns, tmp_path, se
 def daemon(veth_ns, tmp_path):
     """batmand on e0 with a control socket at a file path; yields (namespace, socket path, log path)."""
     sock, log_path = str(tmp_path / "bat0.sock"), tmp_path / "batmand.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(in_netns(veth_ns, [*BATMAND, "-i", "e0", "--workers", "0", "--control-socket", sock,
-                                                   "--set", "orig_interval_ms=200"]), stdout=log,
-                                stderr=subprocess.STDOUT)
+    proc = start(veth_ns, ["-i", "e0", "--workers", "0", "--control-socket", sock, "--set", "orig_interval_ms=200"],
+                 log_path)
     try:
         wait_for(lambda: os.path.exists(sock) and proc.poll() is None, timeout=15)
         yield veth_ns, sock, log_path
         assert proc.poll() is None, log_path.read_text()
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop(proc)
 
 
 def test_every_range_is_enforced_over_the_control_socket(daemon):

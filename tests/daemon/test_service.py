@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from batmand.daemon.install import sample_config
+from tests.daemon.daemons import stop
 from tests.daemon.labs import wait_for
 from tests.netns import in_netns, ip, namespace
 
@@ -70,13 +71,8 @@ def _ctl(ns, sock, *args):
 
 
 def _stop(proc):
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    """Stop it (by PID); its output."""
+    stop(proc)
     return proc.stdout.read()
 
 

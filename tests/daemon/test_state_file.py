@@ -3,35 +3,21 @@ the rename), and never the reason a start fails."""
 
 import json
 import re
-import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
+from batmand.lab.net import namespace_pids, terminate
+from tests.daemon.daemons import BATMAND, answers, link_mac, start, stop, veth_namespace
 from tests.daemon.labs import wait_for
-from tests.netns import in_netns, ip, namespace
-
-BATMAND = [sys.executable, "-m", "batmand.daemon_main"]
-BATMANCTL = [sys.executable, "-m", "batmand.cli.main"]
+from tests.netns import in_netns
 
 
 @pytest.fixture
 def ns():
-    with namespace() as name:
-        ip("link", "add", "e0", "mtu", "1560", "type", "veth", "peer", "name", "p0", "mtu", "1560", netns=name)
-        ip("link", "set", "p0", "up", netns=name)
+    with veth_namespace() as name:
         yield name
-
-
-def _stop(proc) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def test_saved_every_ten_seconds_and_fsynced_before_the_rename(ns, tmp_path):
@@ -40,11 +26,12 @@ def test_saved_every_ten_seconds_and_fsynced_before_the_rename(ns, tmp_path):
                              *in_netns(ns, [*BATMAND, "-i", "e0", "--workers", "0", "--state-dir", str(tmp_path)])],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for(lambda: subprocess.run(in_netns(ns, [*BATMANCTL, "if"]), capture_output=True).returncode == 0,
-                 timeout=30)
+        wait_for(lambda: answers(ns), timeout=30)
         time.sleep(13)  # a save soon after the start, then one 10 s later
     finally:
-        _stop(proc)
+        # the daemon by its PID (a signal to strace would only detach it), then strace
+        terminate(namespace_pids(ns), timeout=15)
+        stop(proc)
     lines = trace.read_text().splitlines()
     renames = [i for i, line in enumerate(lines) if re.search(r'rename\(".*\.state\.tmp", ".*\.state"\) = 0', line)]
     # two while running (the first after 1 s, the next after 10 more), one at the stop
@@ -59,20 +46,17 @@ def test_saved_every_ten_seconds_and_fsynced_before_the_rename(ns, tmp_path):
 
 
 def test_a_state_file_of_wrong_types_does_not_stop_the_start(ns, tmp_path):
-    mac = json.loads(ip("-j", "link", "show", "e0", netns=ns))[0]["address"]
+    mac = link_mac(ns, "e0")
     path = tmp_path / f"bat0.{mac.replace(':', '')}.state"
     path.write_text(json.dumps({"saved_at": time.time(), "orig_interval_ms": "fast", "ogm_seqno": [1, 2],
                                 "elp_seqno": {mac: "x"}, "bcast_seqno": None, "frag_seqno": 1 << 40}))
     log = tmp_path / "log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(in_netns(ns, [*BATMAND, "-i", "e0", "--workers", "0", "--state-dir", str(tmp_path)]),
-                                stdout=out, stderr=subprocess.STDOUT)
+    proc = start(ns, ["-i", "e0", "--workers", "0", "--state-dir", str(tmp_path)], log)
     try:
-        wait_for(lambda: subprocess.run(in_netns(ns, [*BATMANCTL, "if"]), capture_output=True).returncode == 0,
-                 timeout=30)
+        wait_for(lambda: answers(ns), timeout=30)
         assert proc.poll() is None
     finally:
-        _stop(proc)
+        stop(proc)
     assert proc.returncode == 0, log.read_text()
     assert "ogm_seqno is not a table; ignored" in log.read_text()
     saved = json.loads(path.read_text())  # and a good one replaced it

@@ -4,29 +4,16 @@ OGMs of at most 512 bytes; a configured VLAN carries its clients to the peer, an
 that drops it stops announcing bat0 there."""
 
 import contextlib
-import json
 import signal
 import socket
-import subprocess
-import sys
 import time
 
 from batmand.wire import IvOgm, decode_frame
+from tests.daemon.daemons import answers, ctl_json, link_mac, linked_namespaces, start, stop
 from tests.daemon.labs import wait_for
-from tests.netns import entered, in_netns, ip, namespace
+from tests.netns import entered, ip
 
-BATMAND = [sys.executable, "-m", "batmand.daemon_main"]
-BATMANCTL = [sys.executable, "-m", "batmand.cli.main"]
 ETH_P_BATMAN = 0x4305
-
-
-def _ctl(ns: str, *args: str):
-    out = subprocess.run(in_netns(ns, [*BATMANCTL, *args]), capture_output=True, text=True, timeout=30)
-    return json.loads(out.stdout) if "--json" in args and out.returncode == 0 else out
-
-
-def _mac(ns: str, ifname: str) -> str:
-    return json.loads(ip("-j", "link", "show", ifname, netns=ns))[0]["address"]
 
 
 def _tagged(src: bytes, vid: int) -> bytes:
@@ -45,32 +32,23 @@ def _host_sends(ns: str, frames: list[bytes]) -> None:
 
 @contextlib.contextmanager
 def _pair(tmp_path, config: str):
-    with namespace() as a, namespace() as b:
-        ip("link", "add", "eth0", "netns", a, "type", "veth", "peer", "name", "eth0", "netns", b)
-        procs = []
-        (tmp_path / "a.toml").write_text(config)
-        (tmp_path / "b.toml").write_text("")
+    """a (with `config`) and b on one veth; yields (a, b, processes) once b hears a."""
+    (tmp_path / "a.toml").write_text(config)
+    (tmp_path / "b.toml").write_text("")
+    procs = []
+    with linked_namespaces() as (a, b):
         try:
             for n, name in ((a, "a"), (b, "b")):
-                ip("link", "set", "eth0", "mtu", "1560", "up", netns=n)
-                with open(tmp_path / f"{name}.log", "w") as log:
-                    procs.append(subprocess.Popen(
-                        in_netns(n, [*BATMAND, "-i", "eth0", "--config", str(tmp_path / f"{name}.toml"),
-                                     "--state-dir", "", "--set", "orig_interval_ms=200"]),
-                        stdout=log, stderr=subprocess.STDOUT))
+                procs.append(start(n, ["-i", "eth0", "--config", str(tmp_path / f"{name}.toml"), "--state-dir", "",
+                                       "--set", "orig_interval_ms=200"], tmp_path / f"{name}.log"))
             for n in (a, b):
-                wait_for(lambda: _ctl(n, "if").returncode == 0, timeout=20)
+                wait_for(lambda: answers(n), timeout=20)
                 ip("link", "set", "bat0", "up", netns=n)
-            wait_for(lambda: any(r["orig_address"] == _mac(a, "eth0") for r in _ctl(b, "o", "--json")), timeout=20)
+            wait_for(lambda: any(r["orig_address"] == link_mac(a, "eth0") for r in ctl_json(b, "o")), timeout=20)
             yield a, b, procs
         finally:
             for proc in procs:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+                stop(proc)
 
 
 def test_a_host_on_a_hundred_vlans_cannot_take_the_node_out_of_the_mesh(tmp_path):
@@ -81,7 +59,7 @@ def test_a_host_on_a_hundred_vlans_cannot_take_the_node_out_of_the_mesh(tmp_path
         capture.settimeout(0.2)
         _host_sends(a, [_tagged(bytes([2, 0xcc, 0, 0, 0, vid]), vid) for vid in range(1, 101)])
         deadline, sizes = time.monotonic() + 4, []
-        orig_a = _mac(a, "eth0")
+        orig_a = link_mac(a, "eth0")
         while time.monotonic() < deadline:
             try:
                 frame = capture.recv(65535)
@@ -92,9 +70,9 @@ def test_a_host_on_a_hundred_vlans_cannot_take_the_node_out_of_the_mesh(tmp_path
                     sizes.append(24 + packet.tvlv_len)
         capture.close()
         assert sizes and max(sizes) <= 512, sizes
-        assert {r["tt_vid"] for r in _ctl(a, "tl", "--json")} == {-1}
-        assert _ctl(a, "s", "--json")["drop_tt_local_unknown_vlan"] >= 100
-        row = next(r for r in _ctl(b, "o", "--json") if r["orig_address"] == orig_a)
+        assert {r["tt_vid"] for r in ctl_json(a, "tl")} == {-1}
+        assert ctl_json(a, "s")["drop_tt_local_unknown_vlan"] >= 100
+        row = next(r for r in ctl_json(b, "o") if r["orig_address"] == orig_a)
         assert row["last_seen_msecs"] < 1000  # still heard: the node is in the mesh
         assert all(p.poll() is None for p in procs)
     log = (tmp_path / "a.log").read_text()
@@ -105,10 +83,10 @@ def test_a_configured_vlan_carries_clients_and_a_reload_removes_it(tmp_path):
     with _pair(tmp_path, "vlans = [5]\n") as (a, b, procs):
         client = bytes([2, 0xcc, 0, 0, 0, 0x55])
         _host_sends(a, [_tagged(client, 5)])
-        bat0_a = _mac(a, "bat0")
+        bat0_a = link_mac(a, "bat0")
 
         def announced(mac: str) -> set:
-            return {r["tt_vid"] for r in _ctl(b, "tg", "--json") if r["tt_address"] == mac}
+            return {r["tt_vid"] for r in ctl_json(b, "tg") if r["tt_address"] == mac}
 
         wait_for(lambda: 5 in announced("02:cc:00:00:00:55") and 5 in announced(bat0_a), timeout=10)
         (tmp_path / "a.toml").write_text("vlans = []\n")

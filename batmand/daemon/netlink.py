@@ -73,6 +73,7 @@ class LinkMonitor:
         self._marshal = MarshalRtnl()
         self._seq = 0
         self._dump_seq: int | None = None  # the dump in progress
+        self._dump_again = False  # notifications were lost while it ran: one more after it
         self._dumped: set[int] = set()  # indexes listed by the dump in progress
         self._loop = None
         self._backlog: list[bytes] = []  # read while waiting for an answer, handled afterwards
@@ -113,7 +114,12 @@ class LinkMonitor:
         self._loop = loop
         self.on_change = on_change
         self.sock.setblocking(False)
-        loop.add_reader(self.sock.fileno(), self._readable)
+        self._watch()
+
+    def _watch(self) -> None:
+        if self._loop is not None:
+            self._loop.remove_reader(self.sock.fileno())
+            self._loop.add_reader(self.sock.fileno(), self._readable)
 
     def close(self) -> None:
         if self._loop is not None:
@@ -136,6 +142,10 @@ class LinkMonitor:
         return self._seq
 
     def _request_dump(self) -> None:
+        if self._dump_seq is not None:  # one dump at a time per socket: another after this one
+            self._dump_again = True
+            return
+        self._dump_again = False
         self._dumped = set()
         self._dump_seq = self._send(RTM_GETLINK, NLM_F_REQUEST | NLM_F_DUMP, family=socket.AF_UNSPEC)
 
@@ -176,13 +186,15 @@ class LinkMonitor:
             except BlockingIOError:
                 return
             except OSError as exc:
-                if exc.errno != errno.ENOBUFS:
-                    raise
-                # the kernel dropped notifications: the table may be wrong; read it all again
+                # ENOBUFS: the kernel dropped notifications (any other error: the same doubt);
+                # the table may be wrong, so read it all again
                 self.overruns += 1
-                log.warning("link notifications were lost (socket buffer full); reading every link again")
+                log.warning("link notifications were lost (%s); reading every link again",
+                            "socket buffer full" if exc.errno == errno.ENOBUFS else exc)
                 self._request_dump()
-                continue
+                # the error came as POLLERR, after which uvloop stops watching the socket
+                self._loop.call_soon(self._watch)
+                return
             self._handle(data)
 
     def _handle(self, data: bytes) -> None:
@@ -219,3 +231,5 @@ class LinkMonitor:
         self._dump_seq = None
         for index in [i for i in self.links if i not in self._dumped]:  # deleted while we were deaf
             self.on_change(self.links.pop(index), None)
+        if self._dump_again:  # notifications were lost during this one too
+            self._request_dump()

@@ -358,6 +358,10 @@ class Service:
             elif name not in self.sockets:
                 self.add_interface(name)
                 log.info("interface %s is back", name)
+            elif old is None or new.index != self.ifindex.get(name):  # a new device of that name
+                log.info("interface %s was replaced; attaching it again", name)
+                self.remove_interface(name)
+                self.add_interface(name)
             else:
                 self._link_changed(old, new)
         except (OSError, ValueError) as exc:

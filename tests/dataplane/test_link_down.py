@@ -74,15 +74,20 @@ def test_rings_survive_link_down_and_up(workers):
         assert [w["pid"] for w in after["workers"]] == pids and all(w["restarts"] == 0 for w in after["workers"])
 
 
+def _veth(ns_a: str, ns_b: str) -> None:
+    """va in ns_a, up; its peer vb (02:00:00:00:0b:0b) in ns_b, up."""
+    subprocess.run(["ip", "-n", ns_a, "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns", ns_b],
+                   check=True)
+    subprocess.run(["ip", "-n", ns_a, "link", "set", "va", "up"], check=True)
+    subprocess.run(["ip", "-n", ns_b, "link", "set", "vb", "address", "02:00:00:00:0b:0b", "up"], check=True)
+
+
 def test_ring_error_is_read_and_counted():
     """A receive ring on a veth set down: epoll reports EPOLLERR; the engine reads and
     counts the error (rx_ring_error_enetdown), after which epoll is quiet; set up again,
     the same ring receives."""
     with namespace() as ns_a, namespace() as ns_b:
-        subprocess.run(["ip", "-n", ns_a, "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns", ns_b],
-                       check=True)
-        subprocess.run(["ip", "-n", ns_a, "link", "set", "va", "up"], check=True)
-        subprocess.run(["ip", "-n", ns_b, "link", "set", "vb", "address", "02:00:00:00:0b:0b", "up"], check=True)
+        _veth(ns_a, ns_b)
         with entered(ns_b):
             port = Port("vb", mac("02:00:00:00:0b:0b"), 1500, rings.RxRing("vb", frames=256, vnet_hdr=True),
                         rings.TxRing("vb"))
@@ -120,10 +125,7 @@ def test_tx_ring_sends_again_after_link_down_and_up():
     with ENETDOWN, counted); once it is up again, the ring sends (its old frames and new
     ones) instead of refusing every frame as full."""
     with namespace() as ns_a, namespace() as ns_b:
-        subprocess.run(["ip", "-n", ns_a, "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns", ns_b],
-                       check=True)
-        subprocess.run(["ip", "-n", ns_a, "link", "set", "va", "up"], check=True)
-        subprocess.run(["ip", "-n", ns_b, "link", "set", "vb", "address", "02:00:00:00:0b:0b", "up"], check=True)
+        _veth(ns_a, ns_b)
         with entered(ns_a):
             tx = rings.TxRing("va", frames=64)
         with entered(ns_b):

@@ -9,21 +9,18 @@ from batmand.wire import IcmpMsgType, IcmpPacket, IcmpRRPacket, IcmpTpPacket, Ma
 from batmand.wire.constants import RR_LEN, TTL
 
 from .events import IcmpResult
+from .ratelimit import RateLimit
 
 
 class Icmp:
     def __init__(self, mesh) -> None:
         self.mesh = mesh
-        self._reply_budget = (0.0, 0)  # (second, replies sent in it)
+        self._replies = RateLimit(1.0)  # icmp_replies_per_second
 
     def _may_reply(self, now: float) -> bool:
-        second, sent = self._reply_budget
-        if int(now) != second:
-            second, sent = int(now), 0
-        if sent >= self.mesh.config.icmp_replies_per_second:
+        if not self._replies.allow(now, self.mesh.config.icmp_replies_per_second):
             self.mesh.counters.drop("icmp_reply_rate")
             return False
-        self._reply_budget = (second, sent + 1)
         return True
 
     def send_echo(self, now: float, dst: Mac, *, seqno: int, uid: int, ttl: int, record_route: bool) -> None:

@@ -17,6 +17,7 @@ from batmand.wire.tt_crc import tt_entry_crc
 
 from .bitarray import seq_before8
 from .eviction import EvictionOrder
+from .ratelimit import RateLimit
 
 OGM_APPEND_MAX = 3
 ROAMING_MAX_TIME = 20.0
@@ -85,20 +86,6 @@ class OrigVlan:
     crc: int = 0
 
 
-class RateLimit:
-    """At most `burst` events per `period` seconds (for log lines a peer or host can cause)."""
-
-    def __init__(self, burst: int, period: float) -> None:
-        self.burst, self.period = burst, period
-        self.window_start, self.count = float("-inf"), 0
-
-    def allow(self, now: float) -> bool:
-        if now - self.window_start >= self.period:
-            self.window_start, self.count = now, 0
-        self.count += 1
-        return self.count <= self.burst
-
-
 class TranslationTable:
     def __init__(self, mesh) -> None:
         self.mesh = mesh
@@ -106,7 +93,7 @@ class TranslationTable:
         self.local: dict[tuple[Mac, int], LocalEntry] = {}
         self.vlans: list[int] = []  # local VLANs announced, newest first (the kernel's list order)
         self.registered: set[int] = set()  # the VLANs of the soft interface: hosts may send on these
-        self._refusals = RateLimit(10, 5.0)  # the kernel's net_ratelimit(): 10 messages per 5 s
+        self._refusals = RateLimit(5.0)  # the kernel's net_ratelimit(): 10 messages per 5 s
         self.changes: list[TtChange] = []
         self.ogm_append_cnt = 0
         self.last_changeset: list[TtChange] | None = None
@@ -187,7 +174,7 @@ class TranslationTable:
         else:
             if vid not in self.registered:
                 self.counters.drop("tt_local_unknown_vlan")
-                if self._refusals.allow(now):
+                if self._refusals.allow(now, 10):
                     self.mesh.log(f"adding TT local entry {addr} to non-existent VLAN {vid & 0x0FFF}")
                 return False
             limit = min(self.mesh.packet_size_max, TVLV_OVERHEAD + 8 * len(self.vlans)

@@ -223,6 +223,9 @@ class ControlServer:
         # frames lost at the packet sockets (the control process's and the data plane's rings)
         stats["drop_socket_buffer"] = (sum(s.statistics()[1] for s in self.service.sockets.values())
                                        + dataplane.status()["drops"]["socket"])
+        for sock in self.service.sockets.values():  # e.g. ENETDOWN, once per interface going down
+            for name, count in sock.errors.items():
+                stats[f"rx_socket_error_{name}"] = stats.get(f"rx_socket_error_{name}", 0) + count
         return stats
 
     async def cmd_dataplane(self, args, writer):

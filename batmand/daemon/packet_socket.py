@@ -4,6 +4,7 @@ socket the protocol core transmits on."""
 
 from __future__ import annotations
 
+import collections
 import socket
 
 from batmand.dataplane import bpf, rings
@@ -20,7 +21,7 @@ class PacketSocket:
         self.ifname = ifname
         self.counters = counters if counters is not None else {}
         self.kernel_drops = 0  # frames the kernel dropped at this socket (buffer full)
-        self.errors: dict[int, int] = {}  # errno -> times a read reported it (ENETDOWN)
+        self.errors: collections.Counter = collections.Counter()  # read errors by errno name (ENETDOWN)
         self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         try:
             bpf.attach(self.sock, bpf.ALL_BUT_UNICAST)
@@ -48,7 +49,7 @@ class PacketSocket:
             except OSError as exc:
                 # ENETDOWN once after the interface went down (the kernel's sk_err; reading
                 # it clears it, and the socket receives again once the interface is up)
-                self.errors[exc.errno] = self.errors.get(exc.errno, 0) + 1
+                self.errors[rings.error_name(exc.errno)] += 1
                 return None
             if len(data) <= VNET_HDR_LEN:
                 continue
@@ -63,7 +64,7 @@ class PacketSocket:
     def clear_error(self) -> int:
         """Read (and so clear) the socket's pending error, e.g. the ENETDOWN the kernel sets
         when the interface goes down; 0 when there is none."""
-        return self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        return rings.take_error(self.sock)
 
     def statistics(self) -> tuple[int, int]:
         """PACKET_STATISTICS (reset by every read): (frames seen, frames dropped), summed here."""

@@ -156,6 +156,8 @@ def test_interfaces_down_and_up_again_carry_the_mesh(tmp_path, workers):
                 assert log.count(f"Interface deactivated: {ifname}\n") == expected, log
                 assert log.count(f"Interface activated: {ifname}\n") == expected, log
         assert all(p.interfaces(n) == ["p1:", "active", "p2:", "active"] for n in ("A", "B"))
+        # the control sockets' ENETDOWN was read (and counted), not left to stop them
+        assert all(ctl_json(p.ns[n], "s").get("rx_socket_error_enetdown", 0) >= 1 for n in ("A", "B"))
 
 
 def test_default_interval_down_and_up(tmp_path):

@@ -5,7 +5,7 @@
 # installed on this machine), the host's static busybox, and our guest /init, packed into
 # an initramfs; the kernel uncompressed for QEMU's fast PVH boot. Also finds out once
 # whether KVM can run the guest here (else TCG). Idempotent: does nothing when nothing
-# changed. Run as root. See batmand/lab/kernel_image.py.
+# changed. Run as root. See batmand/lab/kernel_image/.
 #
 #   scripts/kernel-node-setup.sh              # build / bring up to date
 #   scripts/kernel-node-setup.sh --force      # rebuild everything

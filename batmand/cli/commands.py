@@ -2,7 +2,9 @@
 
 Debug tables: interface|if, originators|o, neighbors|n, translocal|tl, transglobal|tg,
 statistics|s, dataplane|dp, routing_algo|ra (all with -w [interval], -H, --json, -n).
-Settings: orig_interval|it, hop_penalty|hp, aggregation|ag, ap_isolation|ap, loglevel|ll.
+Settings: orig_interval|it, hop_penalty|hp, aggregation|ag, fragmentation|f; batctl's
+ap_isolation|ap, bonding|b, distributed_arp_table|dat, multicast_mode|mm,
+bridge_loop_avoidance|bl and loglevel|ll say that batmand does not implement them yet.
 Tools: ping|p, traceroute|tr, translate|t."""
 
 from __future__ import annotations
@@ -269,22 +271,36 @@ class Setting:
     help: str
     parse: Callable[[str], int]
     boolean: bool = False
+    refused: str | None = None  # not implemented yet: why (the schema's message)
 
 
 def _setting(s) -> Setting:
     name, abbr = s.spec.batctl
     boolean = isinstance(s.default, bool)
+    parse = _parse_bool if boolean else _parse_uint(s, name)
+    if not s.implemented:
+        return Setting(name, abbr, f"{s.spec.help}: not implemented in batmand yet", parse, boolean,
+                       s.not_implemented(name))
     allowed = "0|1" if boolean else s.allowed.describe()
     return Setting(name, abbr, f"{s.spec.help}: {allowed} (default {int(s.default) if boolean else s.default})",
-                   _parse_bool if boolean else _parse_uint(s, name), boolean)
+                   parse, boolean)
+
+
+def _refuse_unimplemented(setting: Setting) -> None:
+    """Reading or setting a key batmand lacks fails here, before the daemon is asked (it would
+    refuse the same way): batctl's read fails too on a kernel built without the feature."""
+    if setting.refused:
+        raise UsageError(setting.refused)
 
 
 # the daemon's settings that batctl has a command for (loglevel has its own, below)
 SETTINGS = tuple(_setting(s) for s in options.SETTINGS.values() if s.spec.batctl and s.name != "loglevel")
+LOGLEVEL = _setting(options.SETTINGS["loglevel"])
 
 
 def run_setting(args) -> int:
     setting: Setting = args.setting
+    _refuse_unimplemented(setting)
     if len(args.values) > 1:
         raise UsageError("incorrect number of arguments (expected 1)")
     client = client_for(args)
@@ -337,6 +353,7 @@ def loglevel_value(words: list[str]) -> str:
 
 
 def run_loglevel(args) -> int:
+    _refuse_unimplemented(LOGLEVEL)
     client = client_for(args)
     if not args.levels:
         value = client.request("get", {"setting": "loglevel"})
@@ -494,7 +511,7 @@ def add_parsers(subparsers) -> None:
     p.add_argument("value", nargs="?")
     p.set_defaults(func=run_hardif)
 
-    p = subparsers.add_parser("loglevel", aliases=["ll"], help="debug log level")
+    p = subparsers.add_parser("loglevel", aliases=["ll"], help=LOGLEVEL.help)
     p.add_argument("levels", nargs="*", metavar="LEVEL",
                    help="none all batman routes tt bla dat mcast tp (none: print the current levels)")
     p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)

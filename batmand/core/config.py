@@ -6,7 +6,11 @@ Every field is declared with `setting(default, allowed, ...)`: the default is th
 else ours; `live` settings take effect while running (SIGHUP, the control socket), the
 others after a restart. The limits are ours: the kernel has none for most tables a peer
 can fill. batmand.daemon.options adds the daemon's own keys and is the one registry that
-the TOML loader, `--set`, the control socket, batmanctl and the sample config use."""
+the TOML loader, `--set`, the control socket, batmanctl and the sample config use.
+
+A key of a kernel feature batmand does not have yet carries `feature=` (what it is called):
+every entry point refuses it, naming the key and the kernel's default (its declared
+default, which it gets once the feature exists). The feature's module removes the marker."""
 
 from __future__ import annotations
 
@@ -191,12 +195,14 @@ class Spec:
     batctl: tuple[str, str] | None = None  # batctl's command and abbreviation (batmanctl has them)
     example: str | None = None  # the sample config's value, when the default cannot be written in TOML
     section: str | None = None  # the sample config starts a paragraph with this line
+    feature: str | None = None  # not implemented yet: the kernel feature the key belongs to
 
 
 def setting(default=None, allowed=None, *, factory=None, live: bool = True, help: str = "",
-            batctl: tuple[str, str] | None = None, example: str | None = None, section: str | None = None):
+            batctl: tuple[str, str] | None = None, example: str | None = None, section: str | None = None,
+            feature: str | None = None):
     """A dataclass field that is a setting (see Spec)."""
-    metadata = {"setting": Spec(allowed, live, help, batctl, example, section)}
+    metadata = {"setting": Spec(allowed, live, help, batctl, example, section, feature)}
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -219,8 +225,21 @@ class Setting:
     def live(self) -> bool:
         return self.spec.live
 
+    @property
+    def implemented(self) -> bool:
+        return self.spec.feature is None
+
+    def not_implemented(self, label: str | None = None) -> str:
+        """Why a key of a feature batmand lacks is refused, whatever its value."""
+        default = ("enabled" if self.default else "disabled") if isinstance(self.default, bool) else self.default
+        return (f"{label or self.name}: batmand does not implement {self.spec.feature} yet "
+                f"(the kernel's default is {default})")
+
     def parse(self, raw, label: str | None = None):
-        """The value, or SettingError naming the key (or `label`) and what is allowed."""
+        """The value, or SettingError naming the key (or `label`) and what is allowed; a key
+        that is not implemented is refused whatever its value (users would believe it)."""
+        if not self.implemented:
+            raise SettingError(self.not_implemented(label))
         try:
             return self.spec.allowed.parse(raw)
         except ValueError as exc:
@@ -253,13 +272,21 @@ class MeshConfig:
     hop_penalty: int = setting(30, Range(0, 255), batctl=("hop_penalty", "hp"),
                                help="penalty of every hop, mesh wide (batctl hp)")
     aggregation: bool = setting(True, FLAG, batctl=("aggregation", "ag"), help="OGM aggregation (batctl ag)")
-    ap_isolation: bool = setting(False, FLAG, batctl=("ap_isolation", "ap"), help="AP isolation (batctl ap)")
-    bonding: bool = setting(False, FLAG, help="bonding (batctl b)")
-    fragmentation: bool = setting(True, FLAG, help="fragmentation (batctl f)")
-    distributed_arp_table: bool = setting(True, FLAG, help="distributed ARP table (batctl dat)")
-    multicast_mode: bool = setting(True, FLAG, help="multicast optimisations (batctl mm)")
-    bridge_loop_avoidance: bool = setting(False, FLAG, help="bridge loop avoidance (batctl bl)")
-    loglevel: str = setting("none", Levels(LOG_LEVELS), batctl=("loglevel", "ll"), help="debug log (batctl ll)")
+    fragmentation: bool = setting(True, FLAG, batctl=("fragmentation", "f"), help="fragmentation (batctl f)")
+    # the kernel's features batmand does not have yet, with the kernel's defaults
+    # (batadv_meshif_init_late); refused until their module exists and removes `feature`
+    ap_isolation: bool = setting(False, FLAG, batctl=("ap_isolation", "ap"), help="AP isolation (batctl ap)",
+                                 feature="AP isolation")
+    bonding: bool = setting(False, FLAG, batctl=("bonding", "b"), help="bonding (batctl b)", feature="bonding")
+    distributed_arp_table: bool = setting(True, FLAG, batctl=("distributed_arp_table", "dat"),
+                                          help="distributed ARP table (batctl dat)",
+                                          feature="the distributed ARP table")
+    multicast_mode: bool = setting(True, FLAG, batctl=("multicast_mode", "mm"),
+                                   help="multicast optimisations (batctl mm)", feature="multicast optimisations")
+    bridge_loop_avoidance: bool = setting(True, FLAG, batctl=("bridge_loop_avoidance", "bl"),
+                                          help="bridge loop avoidance (batctl bl)", feature="bridge loop avoidance")
+    loglevel: str = setting("none", Levels(LOG_LEVELS), batctl=("loglevel", "ll"), help="debug log (batctl ll)",
+                            feature="the debug log")
     # ETH_MIN_MTU..ETH_DATA_LEN: the kernel's range before jumbo frames, which our rings assume
     mtu: int = setting(1500, Range(68, 1500), live=False, help="soft interface MTU")
     # the kernel creates a VLAN when one is added to bat0 (a VLAN device on it, or a VLAN

@@ -286,6 +286,11 @@ class ControlServer:
         setting = options.lookup(args.get("setting"))
         if setting is None:
             raise CommandError(f"unknown setting {args.get('setting')!r}")
+        if not setting.implemented:
+            # reads too: a kernel built without the feature (CONFIG_BATMAN_ADV_DAT=n, ...) leaves
+            # the value out and batctl's read fails; a value printed here would read as a switch
+            # that works (and "disabled" would contradict a kernel node's "enabled")
+            raise CommandError(setting.not_implemented(args.get("setting")))
         return setting
 
     async def cmd_get(self, args, writer):

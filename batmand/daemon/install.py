@@ -24,9 +24,18 @@ def sample_config() -> str:
              "# what a key allows; [restart]: a change takes effect after a restart, the others on SIGHUP.", ""]
     for settings in (DAEMON_SETTINGS, MESH_SETTINGS):
         for s in settings.values():
+            if not s.implemented:
+                continue
             if s.spec.section:
                 lines += ["", f"# {s.spec.section}"]
             lines.append(_sample_line(s))
+        lines.append("")
+    # listed, so that someone coming from batctl finds them, but not as `key = value`: a file
+    # with one of them is refused, so an uncommented line must not be one
+    missing = [s for settings in (DAEMON_SETTINGS, MESH_SETTINGS) for s in settings.values() if not s.implemented]
+    if missing:
+        lines.append("# Not implemented yet (refused until they are):")
+        lines += [f"#   {s.name}: {s.spec.help}; the kernel's default: {_toml(s.default)}" for s in missing]
         lines.append("")
     lines += ["# per hard interface:", "# [hardif.eth0]"]
     lines += [_sample_line(s) for s in HARDIF_SETTINGS.values()]

@@ -33,7 +33,8 @@ Commands and results (keys follow batctl's netlink/JSON attribute names):
   setting: any configuration key (batmand.daemon.options.SETTINGS; booleans read as 0/1), or
   batctl's name for it (orig_interval is orig_interval_ms). `set` takes the keys that change
   while running (live), checked against the key's range; the others take effect after a
-  restart and are refused.
+  restart and are refused. A key of a feature batmand does not implement yet (`feature=` in
+  batmand.core.config) is an error for both, naming the key and the kernel's default.
 - hardif_get {"ifname", "setting"} / hardif_set {"ifname", "setting", "value"} -> value
   setting: elp_interval (ms), throughput_override (kbit/s), hop_penalty
 - translate {"target": MAC} -> {"orig_address": MAC} (an originator itself, or the best

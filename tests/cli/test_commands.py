@@ -20,7 +20,7 @@ import pytest
 
 from batmand.cli import commands, hosts, tables
 from batmand.cli.main import main
-from batmand.daemon import protocol
+from batmand.daemon import options, protocol
 from tests.conftest import SHARED
 
 BATCTL_MD = SHARED / "research" / "batctl.md"
@@ -415,7 +415,7 @@ def test_daemon_error(daemon, capsys):
 
 
 def test_settings(daemon, capsys):
-    values = {"orig_interval": 1000, "hop_penalty": 30, "aggregation": True, "ap_isolation": 0, "loglevel": "batman"}
+    values = {"orig_interval": 1000, "hop_penalty": 30, "aggregation": True, "fragmentation": 0}
     daemon.answers["get"] = lambda args, send: send({"ok": True, "result": values[args["setting"]]})
 
     def set_(args, send):
@@ -426,7 +426,7 @@ def test_settings(daemon, capsys):
     assert run(capsys, "--socket", daemon.path, "it")[1] == "1000\n"
     assert run(capsys, "--socket", daemon.path, "hop_penalty")[1] == "30\n"
     assert run(capsys, "--socket", daemon.path, "ag")[1] == "enabled\n"
-    assert run(capsys, "--socket", daemon.path, "ap_isolation")[1] == "disabled\n"
+    assert run(capsys, "--socket", daemon.path, "fragmentation")[1] == "disabled\n"
     assert run(capsys, "--socket", daemon.path, "ag", "disable") == (0, "", "")
     assert run(capsys, "--socket", daemon.path, "it", "0x1f4") == (0, "", "")
     assert run(capsys, "--socket", daemon.path, "hp", "15") == (0, "", "")
@@ -434,16 +434,38 @@ def test_settings(daemon, capsys):
     assert run(capsys, "--socket", daemon.path, "ag")[1] == "disabled\n"
     rc, _, err = run(capsys, "--socket", daemon.path, "hp", "256")
     assert rc == 1 and "hop_penalty: 256 is out of range (0..255)" in err
-    rc, _, err = run(capsys, "--socket", daemon.path, "ap", "maybe")
-    assert rc == 1
-    out = run(capsys, "--socket", daemon.path, "ll")[1].splitlines()
-    assert out[0] == "[ ] all debug output disabled (none)" and out[1].startswith("[x]") and len(out) == 8
-    assert run(capsys, "--socket", daemon.path, "loglevel", "tt", "batman") == (0, "", "")
-    assert values["loglevel"] == "batman tt"
-    run(capsys, "--socket", daemon.path, "ll", "all")
-    assert values["loglevel"] == "all"
-    rc, _, err = run(capsys, "--socket", daemon.path, "ll", "loud")
-    assert rc == 1 and "unknown log level: loud" in err
+    assert run(capsys, "--socket", daemon.path, "f", "enable") == (0, "", "")
+    assert values["fragmentation"] == 1
+    rc, _, err = run(capsys, "--socket", daemon.path, "f", "maybe")
+    assert rc == 1 and "the supplied argument is invalid: maybe" in err
+    # batctl's loglevel words as the daemon's value (for when batmand has a debug log)
+    assert commands.loglevel_value(["tt", "batman"]) == "batman tt"
+    assert commands.loglevel_value(["all"]) == "all" and commands.loglevel_value(["none", "tt"]) == "none"
+    with pytest.raises(commands.UsageError, match="unknown log level: loud"):
+        commands.loglevel_value(["loud"])
+
+
+def test_settings_batmand_lacks_say_so(daemon, capsys):
+    """batctl's ap, b, dat, mm, bl and ll exist, and say that batmand does not implement
+    them yet: neither a value read (it would look like a switch that works) nor a value set
+    (users would believe it). The daemon is not asked."""
+    daemon.answers["get"] = lambda args, send: send({"ok": True, "result": 0})
+    daemon.answers["set"] = lambda args, send: send({"ok": True, "result": args["value"]})
+    rc, out, err = run(capsys, "--socket", daemon.path, "ap")
+    assert (rc, out, err) == (1, "", "batmanctl: ap_isolation: batmand does not implement AP isolation yet "
+                                     "(the kernel's default is disabled)\n")
+    assert run(capsys, "--socket", daemon.path, "bl", "1")[2] == \
+        "batmanctl: bridge_loop_avoidance: batmand does not implement bridge loop avoidance yet " \
+        "(the kernel's default is enabled)\n"
+    refused = [s for s in (*commands.SETTINGS, commands.LOGLEVEL) if s.refused]
+    assert {s.abbr for s in refused} == {k.spec.batctl[1] for k in options.SETTINGS.values()
+                                         if k.spec.batctl and not k.implemented}
+    for s in refused:
+        for argv in ((s.abbr,), (s.name,), (s.abbr, "1"), (s.abbr, "0")):
+            assert run(capsys, "--socket", daemon.path, *argv) == (1, "", f"batmanctl: {s.refused}\n"), argv
+        assert s.refused.startswith(f"{s.name}: batmand does not implement ")
+    assert run(capsys, "--socket", daemon.path, "ll", "tt", "batman")[0] == 1
+    assert daemon.requests == []
 
 
 def test_setting_ranges_are_the_daemons(daemon, capsys):

@@ -1,6 +1,8 @@
 """The settings: the TOML file, --set, kernel defaults, and the schema every entry point
 checks (ranges, rules between keys, live or restart)."""
 
+import ast
+import collections
 import dataclasses
 import json
 import os
@@ -8,11 +10,14 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
+import batmand
 from batmand.core.config import (HARDIF_SETTINGS, MESH_SETTINGS, Choice, Flag, HardifConfig, Levels, ListOf,
                                  MeshConfig, Range, Text)
+from batmand.daemon.install import sample_config
 from batmand.daemon.options import DAEMON_SETTINGS, SETTINGS, Options, OptionsError, load
 from tests.daemon.control_client import RawClient
 from tests.daemon.daemons import start, stop, veth_namespace
@@ -25,6 +30,11 @@ def test_defaults_are_the_kernels(tmp_path):
     assert opts.meshif == "bat0" and opts.interfaces == ["eth0"]
     assert (opts.mesh.orig_interval_ms, opts.mesh.hop_penalty, opts.mesh.aggregation) == (1000, 30, True)
     assert opts.socket_path == "@batmand/bat0" and opts.state_directory == "/var/lib/batmand"
+    # the features to come keep the kernel's defaults (batadv_meshif_init_late) for when they exist
+    defaults = {k: MESH_SETTINGS[k].default for k in ("ap_isolation", "bonding", "distributed_arp_table",
+                                                      "multicast_mode", "bridge_loop_avoidance", "loglevel")}
+    assert defaults == {"ap_isolation": False, "bonding": False, "distributed_arp_table": True,
+                        "multicast_mode": True, "bridge_loop_avoidance": True, "loglevel": "none"}
 
 
 def _write(tmp_path, text):
@@ -112,6 +122,121 @@ def test_every_key_is_in_the_schema_with_a_range():
             assert s.name in BAD_TEXT, f"{s.name}: add an out-of-range example to BAD_TEXT"
 
 
+# ---------------------------------------------------------------------------------------
+# no setting that does nothing: every key is read by the daemon, or refused until it is
+
+PACKAGE = Path(batmand.__file__).parent
+# not readers: what handles every key by name (the schema, the loader, the sample config),
+# and what is not the daemon (batmanctl, the lab and the simulator)
+NOT_READERS = ("core/config.py", "daemon/options.py", "daemon/install.py", "cli/", "lab/", "sim/")
+# what a configuration is called where it is read: a MeshConfig `config` or `cfg` (or
+# `options.mesh`), Options `options` or `opts`; hard-interface keys come from a dict by name
+MESH_HOLDERS = {"config", "cfg"}
+DAEMON_HOLDERS = {"options", "opts"}
+
+
+def _name(node) -> str | None:
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+
+
+def _holder(node) -> str | None:
+    """The scope ("mesh", "daemon") of the configuration `node` names, if it names one."""
+    if _name(node) in MESH_HOLDERS:
+        return "mesh"
+    if _name(node) in DAEMON_HOLDERS:
+        return "daemon"
+    if _name(node) == "mesh" and isinstance(node, ast.Attribute) and _name(node.value) in DAEMON_HOLDERS:
+        return "mesh"
+    return None
+
+
+def _properties(path: Path, cls: str) -> dict[str, set[str]]:
+    """The properties of a schema class -> what they read of `self` (purge_timeout reads
+    purge_timeout_ms)."""
+    body = next(n for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef) and n.name == cls).body
+    return {f.name: {n.attr for n in ast.walk(f) if isinstance(n, ast.Attribute) and _name(n.value) == "self"}
+            for f in body if isinstance(f, ast.FunctionDef) and any(_name(d) == "property" for d in f.decorator_list)}
+
+
+def setting_readers() -> dict[tuple[str, str], list[str]]:
+    """(scope, key) -> the places ("path:line") in batmand that read it."""
+    properties = {"mesh": _properties(PACKAGE / "core" / "config.py", "MeshConfig"),
+                  "daemon": _properties(PACKAGE / "daemon" / "options.py", "Options")}
+    found = collections.defaultdict(list)
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = path.relative_to(PACKAGE).as_posix()
+        if module.startswith(NOT_READERS):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(getattr(node, "ctx", None), ast.Load):
+                continue
+            where = f"{module}:{node.lineno}"
+            if isinstance(node, ast.Attribute) and (scope := _holder(node.value)):
+                for key in {node.attr, *properties[scope].get(node.attr, ())}:
+                    found[scope, key].append(where)
+            elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+                found["hardif", node.slice.value].append(where)
+    return found
+
+
+def test_every_key_is_read_or_refused(tmp_path):
+    """A key that nobody reads changes nothing, and users believe it: each key is either read
+    in batmand (a static check: `config.<key>`, `cfg.<key>`, `options.mesh.<key>`,
+    `options.<key>`, `opts.<key>`, directly or through a property of its class; a
+    hard-interface key as `...["<key>"]`; outside NOT_READERS) or refused by the loader
+    because its feature does not exist yet, and a key that is read is not marked so.
+    What it cannot see: whether the value read makes a difference (a read whose result is
+    ignored passes), a read through getattr with a computed name or by a holder of another
+    name (which fails here: call it config/cfg/options/opts), and dead code."""
+    readers = setting_readers()
+    keys = [*SETTINGS.values(), *HARDIF_SETTINGS.values()]
+    accepted_unread = []
+    for s in keys:
+        if readers[s.scope, s.name]:
+            continue
+        key = f"hardif.eth0.{s.name}" if s.scope == "hardif" else s.name
+        value = ",".join(map(str, s.default)) if isinstance(s.default, list) else s.default
+        try:
+            load(["--config", str(_write(tmp_path, "")), "--set", f"{key}={value}"])
+        except OptionsError as exc:
+            assert "batmand does not implement" in str(exc), exc
+        else:
+            accepted_unread.append(key)
+    assert not accepted_unread, f"accepted, and read nowhere (a setting that changes nothing): {accepted_unread}"
+    stale = {s.name: readers[s.scope, s.name] for s in keys if not s.implemented and readers[s.scope, s.name]}
+    assert not stale, f"read, but refused as not implemented (remove feature= from the schema): {stale}"
+
+
+def test_the_reader_check_sees_reads():
+    """setting_readers finds the kinds of reads batmand has (so that the test above can fail)."""
+    readers = setting_readers()
+    for scope, key in (("mesh", "max_originators"), ("mesh", "fragmentation"), ("mesh", "purge_timeout_ms"),
+                       ("daemon", "workers"), ("daemon", "state_dir"), ("hardif", "elp_interval")):
+        assert readers[scope, key], (scope, key)
+    assert not readers["daemon", "max_originators"] and not readers["mesh", "workers"]
+
+
+@pytest.mark.parametrize("key", [s.name for s in SETTINGS.values() if not s.implemented])
+def test_a_key_not_implemented_is_refused_whatever_its_value(tmp_path, key):
+    s = SETTINGS[key]
+    message = s.not_implemented()
+    default = ("enabled" if s.default else "disabled") if isinstance(s.default, bool) else s.default
+    assert message == f"{key}: batmand does not implement {s.spec.feature} yet (the kernel's default is {default})"
+    values = [True, False] if isinstance(s.default, bool) else [s.default, "all"]
+    for value in values:
+        path = _write(tmp_path, f"{key} = {json.dumps(value)}\n")
+        with pytest.raises(OptionsError) as refused:
+            load(["--config", str(path)])
+        assert str(refused.value) == f"{path}: {message}"
+        with pytest.raises(OptionsError) as refused:
+            load(["--config", str(_write(tmp_path, "")), "--set", f"{key}={value}"])
+        assert str(refused.value) == f"command line: {message}"
+    # the sample config names it apart, not as a key to uncomment
+    sample = sample_config()
+    assert f"# {key} =" not in sample
+    assert f"#   {key}: {s.spec.help}" in sample.split("# Not implemented yet")[1].split("# per hard interface")[0]
+
+
 def _bad_values(s) -> list:
     """Values just outside what a key allows."""
     a = s.allowed
@@ -126,6 +251,8 @@ def _bad_values(s) -> list:
 
 def _expected(s, bad, label=None) -> str:
     label = label or s.name
+    if not s.implemented:
+        return s.not_implemented(label)
     return f"{label}: {bad} is out of range ({s.allowed.describe()})" if isinstance(s.allowed, Range) else f"{label}: "
 
 
@@ -227,6 +354,12 @@ def test_every_range_is_enforced_over_the_control_socket(daemon):
             return reply["error"]
 
         for s in SETTINGS.values():
+            if not s.implemented:  # neither read nor set: no value that pretends
+                assert refused("get", setting=s.name) == s.not_implemented()
+                assert refused("set", setting=s.name, value=s.default) == s.not_implemented()
+                if s.spec.batctl:
+                    assert refused("get", setting=s.spec.batctl[0]) == s.not_implemented(s.spec.batctl[0])
+                continue
             _, got = ctl.request("get", setting=s.name)
             current = got["result"]
             if not s.live:

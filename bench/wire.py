@@ -3,8 +3,8 @@
 
 - decode of an aggregated IV OGM frame (3 OGMs, the first with TT/DAT/MCAST TVLVs and two
   TT changes), general codec
-- unicast encap + decap of a 1500-byte inner frame: fast helpers versus the general codec,
-  side by side in the same run, with their ratio
+- unicast encap + decap of a 1500-byte inner frame: the data plane's way (a ready prefix,
+  a slice past it) versus the general codec, side by side in the same run, with their ratio
 Each figure is the best of several repeats (ops/s), so it is a rate, not a bare time.
 """
 
@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from batmand.wire import (BROADCAST, DatTvlv, InnerFrame, IvOgm, Mac, McastTvlv, TtChange, TtTvlv, TtVlan,  # noqa: E402
                           Unicast, build_frame, decode_frame)
-from batmand.wire.fastpath import decap_unicast, encap_unicast, unicast_prefix  # noqa: E402
+from batmand.wire.fastpath import unicast_inner_offset, unicast_prefix  # noqa: E402
 
 A, B, C = Mac("02:00:00:00:01:01"), Mac("02:00:00:00:02:01"), Mac("02:00:00:00:03:01")
 
@@ -42,11 +42,12 @@ def main() -> None:
 
     inner = bytes.fromhex("020000000300020000000100" "0800") + bytes(1486)  # 1500-byte frame
     prefix = unicast_prefix(B, A, C, ttvn=3)
-    fast_wire = encap_unicast(prefix, inner)
-    assert bytes(decap_unicast(fast_wire)) == inner
+    fast_wire = prefix + inner
+    assert fast_wire[unicast_inner_offset(fast_wire):] == inner
 
-    def fast_roundtrip():
-        decap_unicast(encap_unicast(prefix, inner))
+    def fast_roundtrip():  # as the data plane does it: a ready prefix, a slice past it
+        wire = prefix + inner
+        memoryview(wire)[unicast_inner_offset(wire):]
 
     def general_roundtrip():
         wire = build_frame(B, A, Unicast(ttvn=3, dest=C, inner=InnerFrame.decode(inner)))

@@ -47,6 +47,7 @@ class ForwardingUpdate:
     clients: dict  # (Mac, vid) -> ClientRoute | None
     local_clients: dict  # (Mac, vid) -> True (ours), False (deleted or roamed, not committed yet), None (gone)
     own_ttvn: int | None = None  # our TT version when it changed (unicast to us carries it)
+    slow_path: object = None  # forwarding.SlowPath when it changed: the frames the data plane must leave to us
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,12 +10,12 @@ import ctypes
 import socket
 import struct
 
+from batmand.wire import ETH_P_BATMAN, PacketType
+
 SO_ATTACH_FILTER = 26
 SKF_AD_PKTTYPE = -0x1000 + 4  # SKF_AD_OFF + SKF_AD_PKTTYPE, as an unsigned k below
 PACKET_OTHERHOST = 3
 PACKET_OUTGOING = 4
-ETH_P_BATMAN = 0x4305
-BATADV_UNICAST = 0x40
 
 # opcodes (linux/filter.h)
 _LD_W_ABS = 0x20
@@ -40,7 +40,7 @@ def _program(unicast: bool) -> bytes:
         _insn(_LD_H_ABS, 0, 0, 12),
         _insn(_JEQ_K, 0, 3, ETH_P_BATMAN),  # not batman-adv -> drop
         _insn(_LD_B_ABS, 0, 0, 14),
-        _insn(_JEQ_K, jt, jf, BATADV_UNICAST),
+        _insn(_JEQ_K, jt, jf, PacketType.UNICAST),
         _insn(_RET_K, 0, 0, ACCEPT),
         _insn(_RET_K, 0, 0, 0),
     ])

@@ -62,18 +62,18 @@ def encode(message: tuple) -> bytes:
 def split_update(update: ForwardingUpdate, entries: int = PART_ENTRIES) -> Iterator[ForwardingUpdate]:
     """The update in parts of at most `entries` entries, made as they are taken; applied
     in order, they change a table as the whole update does (originators first: clients
-    refer to them)."""
+    refer to them; the first part carries our TT version and the slow-path rules)."""
     if len(update.origs) + len(update.clients) + len(update.local_clients) <= entries:
         yield update
         return
-    ttvn = update.own_ttvn
+    ttvn, slow_path = update.own_ttvn, update.slow_path
     for field in ("origs", "clients", "local_clients"):
         items = iter(getattr(update, field).items())
         while chunk := dict(itertools.islice(items, entries)):
             tables = {"origs": {}, "clients": {}, "local_clients": {}}
             tables[field] = chunk
-            yield ForwardingUpdate(**tables, own_ttvn=ttvn)
-            ttvn = None
+            yield ForwardingUpdate(**tables, own_ttvn=ttvn, slow_path=slow_path)
+            ttvn = slow_path = None
 
 
 class Channel:

@@ -2,8 +2,10 @@
 interfaces using only the forwarding table the protocol core publishes. A worker
 process runs one; `--workers 0` runs one inside the control process.
 
-Whatever the engine cannot handle with certainty (broadcast, unknown clients, stale TT
-versions, frames too big for the link, Wi-Fi forwarding) goes to the slow path, the
+What to do with a frame is decided by decision.py's pure functions (cached here per
+frame headers until the tables change). Whatever they cannot settle with certainty
+(broadcast, unknown clients, stale TT versions, Wi-Fi forwarding, what the core's
+slow-path rules claim), and frames too big for the link, go to the slow path, the
 protocol core, which applies the kernel's full rules. Frames handed to the slow path
 always carry complete checksums.
 
@@ -19,23 +21,17 @@ import os
 import struct
 import time
 
-from batmand.core.bitarray import seq_before8
-from batmand.core.forwarding import ForwardingTable
-from batmand.wire.fastpath import UNICAST_PREFIX_LEN, unicast_prefix
+from batmand.core.forwarding import FROM_HOST, TO_HOST, ForwardingTable
+from batmand.wire.fastpath import INNER_OFF, TTL_OFF, UNICAST_PREFIX_LEN, VLAN_ETHERTYPE, unicast_prefix
 
 from . import offload
+from .decision import DELIVER, ETH_HEADER_LEN, SLOW, Forward, decide_host, decide_mesh, host_key, mesh_key
 from .rings import TP_STATUS_CSUM_VALID, TP_STATUS_CSUMNOTREADY, RxRing, TxRing, error_name
 
 log = logging.getLogger("batmand")
 
 BATCH = 64  # frames per wake-up before the engine looks at its control messages again
 DECISION_CACHE = 4096  # cached forwarding decisions per hard interface
-# what a decision depends on: our 24-byte header, the inner addresses, a VLAN tag and the
-# ethertype behind it
-DECISION_KEY = UNICAST_PREFIX_LEN + 18
-DELIVER, SLOW = "deliver", "slow"
-_BATMAN = b"\x43\x05"
-_VLAN = b"\x81\x00"
 VNET = offload.VNET_HDR_LEN
 _VNET = offload.VNET_HDR
 _CSUM_FIELDS = struct.Struct("=HH")  # csum_start, csum_offset at offset 6 of a vnet header
@@ -55,7 +51,7 @@ class Port:
         self.mtu = mtu
         self.rx = rx
         self.tx = tx
-        self.decisions: dict = {}  # first DECISION_KEY bytes of a received frame -> Engine._decide()
+        self.decisions: dict = {}  # decision.mesh_key of a received frame -> Engine._decide()
 
 
 def table_sizes(table: ForwardingTable) -> dict:
@@ -113,7 +109,8 @@ class Engine:
         self.coalescer = offload.Coalescer(udp=gro and tap_accepts_udp_gso())
         self._read_buf = bytearray(VNET + 65536)
         self._read_view = memoryview(self._read_buf)
-        self._host_cache: dict = {}  # first 16 bytes of a host frame -> HostRoute
+        self._host_cache: dict = {}  # decision.host_key of a host frame -> HostRoute
+        self._host_l4 = self._mesh_l4 = False  # the keys include the IP protocol and port (slow-path rules)
         self.counters = dict.fromkeys(
             ("tx", "tx_bytes", "rx", "rx_bytes", "forward", "forward_bytes", "slow_host", "slow_mesh",
              "tso_frames", "tso_segments", "gro_merged", "gro_written", "tap_write_dropped", "tx_ring_full",
@@ -136,6 +133,8 @@ class Engine:
         self._host_cache.clear()
         for port in self.ports.values():
             port.decisions.clear()
+        self._host_l4 = self.fwd.slow_path.l4(FROM_HOST)
+        self._mesh_l4 = self.fwd.slow_path.l4(TO_HOST)
 
     def set_ports(self, ports: dict[str, tuple[bytes, int]], primary: bytes | None, wifi: bool) -> None:
         """Interface addresses and MTUs changed (rings are attached with add_port)."""
@@ -143,7 +142,9 @@ class Engine:
             port = self.ports.get(name)
             if port is not None:
                 port.mac, port.mtu = mac, mtu
-        self.primary = primary
+        # while the primary interface is down, nothing addressed to our originator is ours
+        # (batadv_is_my_mac only knows active interfaces): decide_mesh then delivers nothing
+        self.primary = primary if any(mac == primary for mac, _mtu in ports.values()) else None
         self.wifi = wifi
         self._forget_decisions()
 
@@ -186,8 +187,8 @@ class Engine:
 
     def _on_tap(self, touched: set) -> None:
         buf, view, fd = self._read_buf, self._read_view, self.tap_fd
-        readv, bufs, cache = os.readv, (buf,), self._host_cache
-        offloading = self.csum_offload
+        readv, bufs, cache, counters = os.readv, (buf,), self._host_cache, self.counters
+        offloading, l4, header_len = self.csum_offload, self._host_l4, ETH_HEADER_LEN
         sent = sent_bytes = 0
         for _ in range(BATCH):
             try:
@@ -200,33 +201,45 @@ class Engine:
             if n <= VNET:
                 self._count("drop_tap_runt")
                 continue
-            if buf[1] == _GSO_NONE and offloading:
-                # the common case inline: a known destination, the checksum left as the host left it
-                route = cache.get(bytes(buf[VNET:VNET + 16]))
-                if route is not None and n - VNET + UNICAST_PREFIX_LEN - 14 <= route.port.mtu:
-                    if buf[0] & _NEEDS_CSUM:
-                        csum_start, csum_offset = _CSUM_FIELDS.unpack_from(buf, 6)
-                        if csum_start + csum_offset + 2 > n - VNET:
-                            self.counters["drop_bad_csum"] += 1
-                            continue
-                        head = route.partial_head(csum_start, csum_offset)
-                    else:
-                        head = route.plain_head
-                    if route.port.tx.put((head, view[VNET:n]), len(head) + n - VNET):
-                        route.hits += 1
-                        touched.add(route.port)
-                        sent += 1
-                        sent_bytes += n - VNET
-                    else:
-                        self.counters["tx_ring_full"] += 1
-                    continue
-            flags, gso_type, _hdr_len, gso_size, csum_start, csum_offset = _VNET.unpack_from(buf)
-            if gso_type == _GSO_NONE:
-                self._from_host(view[VNET:n], flags & _NEEDS_CSUM, csum_start, csum_offset, touched)
+            if buf[1] != _GSO_NONE:
+                _flags, gso_type, _hdr_len, gso_size, csum_start, _offset = _VNET.unpack_from(buf)
+                self._from_host_gso(view[VNET:n], gso_type, gso_size, csum_start, touched)
                 continue
-            self._from_host_gso(view[VNET:n], gso_type, gso_size, csum_start, touched)
-        self.counters["tx"] += sent
-        self.counters["tx_bytes"] += sent_bytes
+            needs_csum = buf[0] & _NEEDS_CSUM
+            if needs_csum:
+                csum_start, csum_offset = _CSUM_FIELDS.unpack_from(buf, 6)
+                if csum_start + csum_offset + 2 > n - VNET:
+                    counters["drop_bad_csum"] += 1
+                    continue
+            frame = view[VNET:n]
+            if l4:
+                key = host_key(frame, True)
+            else:  # host_key, inline: the Ethernet header, with its tag
+                end = VNET + header_len[buf[VNET + 12]]
+                key = bytes(buf[VNET:end if end < n else n])
+            route = cache.get(key)
+            if route is None:
+                route = self._host_route(frame, key)
+            if route is not None and n - VNET + UNICAST_PREFIX_LEN - 14 <= route.port.mtu:
+                if not needs_csum:
+                    head = route.plain_head
+                elif offloading:  # the checksum stays as the host left it, for the next kernel
+                    head = route.partial_head(csum_start, csum_offset)
+                else:  # the next kernel will not finish it: do it here
+                    frame = bytearray(frame)
+                    offload.finish_checksum(frame, csum_start, csum_offset)
+                    head = route.plain_head
+                if route.port.tx.put((head, frame), len(head) + n - VNET):
+                    route.hits += 1
+                    touched.add(route.port)
+                    sent += 1
+                    sent_bytes += n - VNET
+                else:
+                    counters["tx_ring_full"] += 1
+                continue
+            self._to_slow_host(frame, (csum_start, csum_offset) if needs_csum else None)
+        counters["tx"] += sent
+        counters["tx_bytes"] += sent_bytes
 
     def _flush(self, ports) -> None:
         """Send what the transmit rings of these ports queued; count failed sends."""
@@ -253,8 +266,8 @@ class Engine:
     def _from_host_gso(self, frame, gso_type: int, gso_size: int, csum_start: int, touched: set) -> None:
         """A TSO super-frame: cut it into MTU segments. When the table knows the route
         (all segments share the addresses) they go straight into the transmit ring as
-        (our headers, their headers, payload), never joined; else one by one as any frame."""
-        l2 = 18 if frame[12:14] == _VLAN else 14
+        (our headers, their headers, payload), never joined; else all to the slow path."""
+        l2 = 18 if frame[12:14] == VLAN_ETHERTYPE else 14
         try:
             parts = offload.segment_parts(frame, gso_type, gso_size, self.csum_offload, l2, csum_start=csum_start)
         except (ValueError, struct.error):
@@ -262,10 +275,12 @@ class Engine:
             return
         self.counters["tso_frames"] += 1
         self.counters["tso_segments"] += len(parts)
-        route = self._host_cache.get(bytes(frame[0:16])) or self._host_route(frame)
+        key = host_key(frame, self._host_l4)
+        route = self._host_cache.get(key) or self._host_route(frame, key)
         if route is None or len(parts[0][0]) + gso_size + UNICAST_PREFIX_LEN - 14 > route.port.mtu:
+            csum = (csum_start, 16) if self.csum_offload else None  # the TCP checksum, left partial
             for headers, payload in parts:
-                self._from_host(headers + payload, self.csum_offload, csum_start, 16, touched)
+                self._to_slow_host(headers + payload, csum)
             return
         port = route.port
         head = route.partial_head(csum_start, 16) if self.csum_offload else route.plain_head
@@ -282,89 +297,42 @@ class Engine:
         self.counters["tx_bytes"] += sent_bytes
         self.counters["tx_ring_full"] += len(parts) - sent
 
-    def _from_host(self, frame, needs_csum, csum_start: int, csum_offset: int, touched: set) -> None:
-        if needs_csum and csum_start + csum_offset + 2 > len(frame):
-            self.counters["drop_bad_csum"] += 1
-            return
-        route = self._host_cache.get(bytes(frame[0:16]))
-        if route is None:
-            route = self._host_route(frame)
-        if route is not None:
-            port = route.port
-            length = len(frame)
-            if length + UNICAST_PREFIX_LEN - 14 <= port.mtu:
-                if not needs_csum:
-                    head = route.plain_head
-                elif self.csum_offload:
-                    head = route.partial_head(csum_start, csum_offset)
-                else:  # the next kernel will not finish it: do it here
-                    frame = bytearray(frame)
-                    offload.finish_checksum(frame, csum_start, csum_offset)
-                    head = route.plain_head
-                ok = port.tx.put((head, frame), len(head) + length)
-                if ok:
-                    route.hits += 1
-                    touched.add(port)
-                    self.counters["tx"] += 1
-                    self.counters["tx_bytes"] += length
-                else:
-                    self.counters["tx_ring_full"] += 1
-                return
+    def _to_slow_host(self, frame, csum: tuple[int, int] | None) -> None:
+        """A host frame for the core, its checksum completed (csum: where the host left it partial)."""
         whole = bytearray(frame)
-        if needs_csum:
-            offload.finish_checksum(whole, csum_start, csum_offset)
+        if csum is not None:
+            offload.finish_checksum(whole, *csum)
         self.counters["slow_host"] += 1
         self.slow_host(bytes(whole))
 
-    def _host_route(self, frame):
-        """The fast-path decision for a host frame's addresses, cached per (dst, src, tag)."""
-        if len(frame) < 14 or frame[0] & 1:
+    def _host_route(self, frame, key: bytes) -> HostRoute | None:
+        """decide_host's answer as a route with its ready headers, cached by the frame's
+        key (decision.host_key); None: the slow path (not cached: the core may learn the
+        client any moment, and every table change clears the cache anyway)."""
+        decision = decide_host(frame, self.fwd)
+        if decision is SLOW:
             return None
-        tagged = _vid(frame, 0)
-        if tagged is None or frame[tagged[1]:tagged[1] + 2] == _BATMAN:
-            return None
-        vid = tagged[0]
-        client = (bytes(frame[6:12]), vid)
-        if self.fwd.local_clients.get(client) is not True:
-            return None  # the core learns (or refuses) this client
-        hit = self.fwd.lookup(bytes(frame[0:6]), vid)
-        if hit is None:
-            return None
-        orig, next_hop, ifname, ttvn = hit
-        port = self.ports.get(ifname)
+        port = self.ports.get(decision.iface)
         if port is None:
             return None
-        route = HostRoute(port, unicast_prefix(next_hop, port.mac, orig, ttvn), client)
+        route = HostRoute(port, unicast_prefix(decision.next_hop, port.mac, decision.orig, decision.ttvn),
+                          decision.client)
         if len(self._host_cache) >= DECISION_CACHE:
             self._take_cache_hits()
             self._host_cache.clear()  # the host varying addresses cannot grow it
-        self._host_cache[bytes(frame[0:16])] = route
+        self._host_cache[key] = route
         return route
 
     # --- mesh -> host / next hop -----------------------------------------------------------------
 
     def _decide(self, port: Port, frame) -> object:
-        """What to do with a UNICAST frame from `port`: DELIVER, (out port, next hop) to
-        forward, or SLOW. Depends only on the first DECISION_KEY bytes (addresses, TTL, TTVN,
-        the inner destination, tag and ethertype), so on_port caches it per port until the
-        tables change. Batman-in-batman goes to the core, which drops it (as the kernel does,
-        to prevent loops)."""
-        if len(frame) < UNICAST_PREFIX_LEN + 14 or frame[15] != 15 or frame[0:6] != port.mac:
-            return SLOW
-        tagged = _vid(frame, UNICAST_PREFIX_LEN)
-        if tagged is None or frame[tagged[1]:tagged[1] + 2] == _BATMAN:
-            return SLOW
-        client = (bytes(frame[24:30]), tagged[0])
-        if frame[18:24] == self.primary:
-            if seq_before8(frame[17], self.fwd.own_ttvn):
-                return SLOW
-            return DELIVER if client[0][0] & 1 or self.fwd.local_clients.get(client) is True else SLOW
-        route = self.fwd.origs.get(bytes(frame[18:24]))
-        if route is None or self.wifi or frame[16] < 2 or seq_before8(frame[17], route.ttvn) \
-                or client in self.fwd.local_clients:
-            return SLOW
-        out = self.ports.get(route.iface)
-        return SLOW if out is None else (out, bytes(route.next_hop) + out.mac)
+        """decide_mesh's answer for a frame from `port`, with a Forward turned into (out
+        port, its new outer addresses); SLOW when the out port is not ours (yet)."""
+        decision = decide_mesh(frame, port.mac, self.primary, self.fwd, self.wifi)
+        if decision.__class__ is not Forward:
+            return decision
+        out = self.ports.get(decision.iface)
+        return SLOW if out is None else (out, bytes(decision.next_hop) + out.mac)
 
     def on_port(self, port: Port) -> None:
         """A batch of UNICAST frames from a hard interface's ring: deliver (through the
@@ -390,6 +358,7 @@ class Engine:
         coalescer = self.coalescer
         tap = self.tap_fd
         decisions = port.decisions
+        l4, header_len = self._mesh_l4, ETH_HEADER_LEN
         batch = ring.frames(BATCH)
         counters["rx_batches"] += 1
         if ring.truncated:
@@ -402,14 +371,17 @@ class Engine:
                 if csum_start < _INNER_L3 or csum_start + csum_offset + 2 > length:
                     counters["drop_bad_csum"] += 1  # its sender (a VM, a container) pointed it into our header
                     continue
-            key = bytes(view[off:off + DECISION_KEY])
+            if l4:
+                key = mesh_key(view[off:off + length], True)
+            else:  # mesh_key, inline: our header and the inner Ethernet header, with its tag
+                end = off + INNER_OFF + header_len[view[off + INNER_OFF + 12]]
+                key = bytes(view[off:end if end < off + length else off + length])
             decision = decisions.get(key)
             if decision is None:
                 decision = self._decide(port, view[off:off + length])
                 if len(decisions) >= DECISION_CACHE:
                     decisions.clear()  # a peer varying addresses cannot grow it
-                if length >= DECISION_KEY:
-                    decisions[key] = decision
+                decisions[key] = decision
             if decision is DELIVER:
                 delivered += 1
                 delivered_bytes += length - UNICAST_PREFIX_LEN
@@ -444,7 +416,7 @@ class Engine:
                 self._to_slow_mesh(port, view, off, length, status)  # the core fragments it
                 continue
             view[off:off + 12] = addresses
-            view[off + 16] -= 1
+            view[off + TTL_OFF] -= 1
             tx = out.tx
             if tx.vnet_hdr:
                 ok = tx.put((view[off - VNET:off + length],), VNET + length) if status & TP_STATUS_CSUMNOTREADY \
@@ -511,13 +483,3 @@ def _finish_rx_checksum(view, off: int, frame) -> None:
     offsets were checked when the frame was taken from the ring)."""
     _f, _g, _h, _s, csum_start, csum_offset = _VNET.unpack_from(view, off - VNET)
     offload.finish_checksum(frame, csum_start, csum_offset)
-
-
-def _vid(frame, off: int) -> tuple[int, int] | None:
-    """(TT vid, offset of the ethertype behind any tag) of the Ethernet header at off."""
-    if frame[off + 12:off + 14] != _VLAN:
-        return 0, off + 12
-    if len(frame) < off + 18:
-        return None
-    vid = (frame[off + 14] << 8 | frame[off + 15]) & 0x0FFF
-    return (0x8000 | vid if vid else 0), off + 16

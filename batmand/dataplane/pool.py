@@ -223,11 +223,8 @@ class WorkerPool:
     def _table_stream(self) -> Iterator[bytes]:
         """The whole forwarding table as messages, made when the first one is taken (so
         it is the table of that moment) and part by part after that."""
-        table = self.table
-        snapshot = ForwardingUpdate(origs=dict(table.origs), clients=dict(table.clients),
-                                    local_clients=dict(table.local_clients), own_ttvn=table.own_ttvn)
         yield encode(("table_begin",))
-        for part in split_update(snapshot):
+        for part in split_update(self.table.snapshot()):
             yield encode(("table_part", part))
         yield encode(("table_end",))
 

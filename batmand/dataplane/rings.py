@@ -15,6 +15,8 @@ import mmap
 import socket
 import struct
 
+from batmand.wire import ETH_P_BATMAN
+
 from . import bpf
 
 SOL_PACKET = 263
@@ -44,7 +46,6 @@ TPACKET2_DATA = 32  # TX: data starts after the aligned tpacket2_hdr
 TPACKET3_HDR = struct.Struct("IIIIIIHH")  # next_offset, sec, nsec, snaplen, len, status, mac, net
 BLOCK_HDR = struct.Struct("III")  # at offset 8 of a block: block_status, num_pkts, offset_to_first_pkt
 _U32 = struct.Struct("I")
-ETH_P_BATMAN = 0x4305
 
 
 def frame_size_for(mtu: int) -> int:

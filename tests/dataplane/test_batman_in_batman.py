@@ -1,7 +1,9 @@
-"""Batman-in-batman from the mesh is dropped, as the kernel drops it (batadv_interface_rx:
-"drop batman-in-batman packets to prevent loops"), also behind a VLAN tag, on the fast path
-(workers, inline) as on the core's: a UNICAST frame for b's host whose inner frame is a
-batman-adv frame never reaches b's bat0."""
+"""Batman-in-batman is dropped, as the kernel drops it, also behind a VLAN tag, on the fast
+path (workers, inline) as on the core's: from the mesh (batadv_interface_rx: "drop
+batman-in-batman packets to prevent loops"), a UNICAST frame for b's host whose inner
+frame is a batman-adv frame never reaches b's bat0; from the host (batadv_interface_tx),
+a batman-adv frame sent into bat0 never enters the mesh, even right after an ordinary
+frame with the same addresses and tag took the fast path."""
 
 from __future__ import annotations
 
@@ -45,3 +47,39 @@ def test_batman_in_batman_is_never_delivered(workers):
             assert all(b"\x43\x05" not in (f[12:14], f[16:18]) for f in seen), seen
         finally:
             sniffer.close()
+
+
+COUNT_FROM_HOST = 10
+
+
+def test_batman_in_batman_from_the_host_never_enters_the_mesh():
+    """b's host sends priority-tagged (VID 0) frames to a's bat0 MAC, each IPv4 one
+    followed by a batman-adv one with the same addresses and tag: the IPv4 ones reach a
+    (b's engine caches their route), the batman-adv ones are dropped at b
+    (drop_tx_batman_in_batman); a sees none of them. Inline engine: one TAP queue, so the
+    frames stay in order and meet the cached route."""
+    with pair_lab(workers_b=0) as lab:
+        lab.start()
+        wait_for(lambda: lab.exec("b", ["ping", "-c", "1", "-W", "1", lab.address("a")]).returncode == 0, timeout=30)
+        wait_for(lambda: tt_synced(lab, "b", "a"), timeout=30)
+        to_a, src = mac(lab.mesh_mac("a")), mac(lab.mesh_mac("b"))  # b's bat0 MAC: b's own client
+        tag = b"\x81\x00\x00\x00"
+        ipv4 = [to_a + src + tag + b"\x08\x00" + bytes([0x45]) + bytes(58) + bytes([i]) for i in range(COUNT_FROM_HOST)]
+        inner_batman = to_a + src + tag + b"\x43\x05" + bytes(60)
+        sniffer = Sniffer(lab.ns("a"), "e-b")
+        try:
+            before = stats(lab, "b").get("drop_tx_batman_in_batman", 0)
+            send_frames(lab.ns("b"), "bat0", [f for frame in ipv4 for f in (frame, inner_batman)])
+            wait_for(lambda: stats(lab, "b").get("drop_tx_batman_in_batman", 0) - before >= COUNT_FROM_HOST,
+                     timeout=10)
+            seen: list[bytes] = []
+
+            def last_arrived() -> bool:
+                seen.extend(f[24:] for f in sniffer.unicast([to_a]))
+                return ipv4[-1] in seen
+
+            wait_for(last_arrived, timeout=10)
+        finally:
+            sniffer.close()
+    assert inner_batman not in seen, "a batman-adv frame from b's host entered the mesh"
+    assert set(seen) >= set(ipv4)

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from batmand.core.events import ClientRoute, ForwardingUpdate, OrigRoute
-from batmand.core.forwarding import ForwardingTable
+from batmand.core.forwarding import TO_HOST, ForwardingTable, SlowPath, SlowRule
 from batmand.dataplane.channel import (MAX_MESSAGE, PART_ENTRIES, BadMessage, Channel, Outbox, encode, pair,
                                        split_update)
 from batmand.dataplane.pool import worker_command
@@ -154,22 +154,27 @@ def test_stopped_worker_is_resynced():
 # --------------------------------------------------------------------------- the mechanisms alone
 
 
-def _update(first: int, n: int, removed: range = range(0), orig: bytes = b"\x02\x5e\x00\x00\x00\x01"
-            ) -> ForwardingUpdate:
+ARP_TO_HOST = SlowPath(rules=frozenset({SlowRule(TO_HOST, 0x0806)}))
+
+
+def _update(first: int, n: int, removed: range = range(0), orig: bytes = b"\x02\x5e\x00\x00\x00\x01",
+            slow_path: SlowPath | None = None) -> ForwardingUpdate:
     """Clients first .. first + n - 1 added, the clients numbered in `removed` removed."""
     clients = {(Mac((first + k).to_bytes(6, "big")), 0): ClientRoute(Mac(orig)) for k in range(n)}
     clients.update({(Mac(k.to_bytes(6, "big")), 0): None for k in removed})
     return ForwardingUpdate(origs={Mac(orig): OrigRoute(Mac(orig), "e0", first & 0xFF)}, clients=clients,
-                            local_clients={(Mac(b"\x02" * 6), 0): True}, own_ttvn=first & 0xFF)
+                            local_clients={(Mac(b"\x02" * 6), 0): True}, own_ttvn=first & 0xFF, slow_path=slow_path)
 
 
 def _tables_equal(a: ForwardingTable, b: ForwardingTable) -> bool:
-    return (a.origs, a.clients, a.local_clients, a.own_ttvn) == (b.origs, b.clients, b.local_clients, b.own_ttvn)
+    return (a.origs, a.clients, a.local_clients, a.own_ttvn, a.slow_path) == \
+        (b.origs, b.clients, b.local_clients, b.own_ttvn, b.slow_path)
 
 
 def test_split_update_parts_make_the_same_table():
     whole, parted = ForwardingTable(), ForwardingTable()
-    for update in (_update(1000, 5000), _update(9000, 300, removed=range(1000, 1200)), _update(20000, 10)):
+    for update in (_update(1000, 5000, slow_path=ARP_TO_HOST), _update(9000, 300, removed=range(1000, 1200)),
+                   _update(20000, 10)):
         whole.apply(update)
         parts = list(split_update(update))
         assert all(len(p.origs) + len(p.clients) + len(p.local_clients) <= PART_ENTRIES for p in parts)
@@ -177,6 +182,10 @@ def test_split_update_parts_make_the_same_table():
         for part in parts:
             parted.apply(part)
     assert _tables_equal(whole, parted) and len(whole.clients) == 5000 - 200 + 300 + 10
+    assert parted.slow_path == ARP_TO_HOST
+    snapshot = ForwardingTable()
+    snapshot.apply(whole.snapshot())
+    assert _tables_equal(snapshot, whole)
 
 
 def test_a_message_cut_short_is_reported_and_the_channel_goes_on():
@@ -206,10 +215,8 @@ def test_outbox_never_waits_for_a_worker_that_does_not_read():
         stale = []
 
         def stream():
-            snapshot = ForwardingUpdate(dict(table.origs), dict(table.clients), dict(table.local_clients),
-                                        table.own_ttvn)
             yield encode(("table_begin",))
-            for part in split_update(snapshot):
+            for part in split_update(table.snapshot()):
                 yield encode(("table_part", part))
             yield encode(("table_end",))
 
@@ -274,7 +281,7 @@ def test_worker_asks_for_the_whole_table_after_an_undecodable_message():
         table.apply(_update(1, 6500))
         ours.sock.setblocking(True)
         ours.send_data(encode(("table_begin",)))
-        for part in split_update(ForwardingUpdate(table.origs, table.clients, table.local_clients, table.own_ttvn)):
+        for part in split_update(table.snapshot()):
             ours.send_data(encode(("table_part", part)))
         ours.send_data(encode(("table_end",)))
         ours.send_data(encode(("report",)))

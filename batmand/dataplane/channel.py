@@ -1,6 +1,7 @@
 """The message channel between the control process and one worker: a SOCK_SEQPACKET
 socket pair (message boundaries kept, file descriptors passed with SCM_RIGHTS).
-Messages are tuples pickled between two processes of the same daemon.
+Messages are the records of messages.py, pickled between two processes of the same
+daemon as (kind number, *fields).
 
 No message is larger than a few tens of KiB: forwarding tables travel in parts
 (split_update), so a table of any size fits. The control process never waits for a
@@ -20,6 +21,8 @@ import time
 from collections.abc import Iterator
 
 from batmand.core.events import ForwardingUpdate
+
+from .messages import FROM_WORKER, KINDS
 
 log = logging.getLogger("batmand")
 
@@ -43,7 +46,7 @@ def pair() -> tuple["Channel", socket.socket]:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     _send_buffer(ours, CONTROL_BUFFER)
     _send_buffer(theirs, WORKER_BUFFER)
-    return Channel(ours), theirs
+    return Channel(ours, FROM_WORKER), theirs
 
 
 def _send_buffer(sock: socket.socket, size: int) -> None:
@@ -55,8 +58,29 @@ def _send_buffer(sock: socket.socket, size: int) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
 
 
-def encode(message: tuple) -> bytes:
-    return pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+_KIND_NUMBER = {kind: number for number, kind in enumerate(KINDS)}
+
+
+def encode(message) -> bytes:
+    """A message of messages.py as it goes on the wire: plain tuples pickle fastest."""
+    return pickle.dumps((_KIND_NUMBER[type(message)], *message), pickle.HIGHEST_PROTOCOL)
+
+
+def decode(data: bytes, accepts: tuple = KINDS):
+    """The message `data` encodes; BadMessage unless it is one of `accepts`."""
+    try:
+        wire = pickle.loads(data)
+    except Exception as exc:  # whatever unpickling bytes that are not ours raises
+        raise BadMessage(f"undecodable message: {exc!r}") from None
+    if not isinstance(wire, tuple) or not wire or type(wire[0]) is not int or not 0 <= wire[0] < len(KINDS):
+        raise BadMessage(f"not a message: {type(wire).__name__}")
+    kind = KINDS[wire[0]]
+    if kind not in accepts:
+        raise BadMessage(f"{kind.__name__} is not a message for this side")
+    try:
+        return kind(*wire[1:])
+    except TypeError:
+        raise BadMessage(f"{kind.__name__} with {len(wire) - 1} fields") from None
 
 
 def split_update(update: ForwardingUpdate, entries: int = PART_ENTRIES) -> Iterator[ForwardingUpdate]:
@@ -77,15 +101,17 @@ def split_update(update: ForwardingUpdate, entries: int = PART_ENTRIES) -> Itera
 
 
 class Channel:
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, accepts: tuple) -> None:
+        """`accepts`: the kinds this end receives (messages.TO_WORKER or FROM_WORKER)."""
         self.sock = sock
         self.sock.setblocking(False)
+        self.accepts = accepts
         self.dropped = 0  # messages not sent because the peer's buffer was full
 
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def send(self, message: tuple, fds: list[int] = (), *, must: bool = False) -> bool:
+    def send(self, message, fds: list[int] = (), *, must: bool = False) -> bool:
         """Send one message. A full buffer drops it (False) unless `must`: then wait up
         to a second for room. (The worker's side; the control process uses an Outbox.)"""
         data = encode(message)
@@ -114,7 +140,7 @@ class Channel:
         else:
             self.sock.send(data)
 
-    def recv(self) -> tuple[tuple, list[int]] | None:
+    def recv(self) -> tuple[object, list[int]] | None:
         """One message and any descriptors with it; None when nothing waits. EOFError
         when the other end is gone; BadMessage (its descriptors closed) for a message
         that cannot be decoded."""
@@ -131,14 +157,10 @@ class Channel:
             _close_all(fds)
             raise BadMessage(f"message cut short (flags {flags:#x})")
         try:
-            message = pickle.loads(data)
-        except Exception as exc:  # whatever unpickling bytes that are not ours raises
+            return decode(data, self.accepts), fds
+        except BadMessage:
             _close_all(fds)
-            raise BadMessage(f"undecodable message: {exc!r}") from None
-        if not isinstance(message, tuple) or not message or not isinstance(message[0], str):
-            _close_all(fds)
-            raise BadMessage(f"not a message: {type(message).__name__}")
-        return message, fds
+            raise
 
     def close(self) -> None:
         self.sock.close()

@@ -29,6 +29,7 @@ from batmand.core.events import ForwardingUpdate
 from batmand.core.forwarding import ForwardingTable
 
 from . import bpf
+from . import messages as m
 from .channel import BadMessage, Channel, Outbox, encode, pair, split_update
 from .engine import Engine, Port, table_sizes
 from .rings import RxRing, TxRing, statistics
@@ -202,13 +203,13 @@ class WorkerPool:
         worker.outbox = Outbox(self.loop, channel, lambda: self._resync(worker))
         worker.started = worker.last_report = time.monotonic()
         self.loop.add_reader(channel.fileno(), self._on_channel, worker)
-        self._send(worker, ("config", {k: self.settings[k] for k in ("gro", "csum_offload")}), [worker.tap_fd])
+        self._send(worker, m.Configure(self.settings["gro"], self.settings["csum_offload"]), [worker.tap_fd])
         for name in self.ports:
             self._send_port(worker, name)
-        self._send(worker, ("ports", *self.port_state))
+        self._send(worker, m.SetPorts(*self.port_state))
         worker.outbox.put_stream(self._table_stream())
 
-    def _send(self, worker: _Worker, message: tuple, fds=(), owned=()) -> None:
+    def _send(self, worker: _Worker, message, fds=(), owned=()) -> None:
         worker.outbox.put(encode(message), fds, owned=owned)
 
     def _send_port(self, worker: _Worker, name: str) -> None:
@@ -217,16 +218,16 @@ class WorkerPool:
         # Both are closed here once the message went out (the worker has its own descriptors
         # then); the receive ring's is a copy, as the ring may be closed before that.
         rx = _Descriptor(os.dup(rings[worker.index].fileno()))
-        self._send(worker, ("port", name, mac, mtu, _ring_settings(mtu, self.settings["rx_ring"])),
+        self._send(worker, m.AddPort(name, mac, mtu, _ring_settings(mtu, self.settings["rx_ring"])),
                    [rx.fd, tx.fileno()], owned=(rx, tx))
 
     def _table_stream(self) -> Iterator[bytes]:
         """The whole forwarding table as messages, made when the first one is taken (so
         it is the table of that moment) and part by part after that."""
-        yield encode(("table_begin",))
+        yield encode(m.TableBegin())
         for part in split_update(self.table.snapshot()):
-            yield encode(("table_part", part))
-        yield encode(("table_end",))
+            yield encode(m.TablePart(part))
+        yield encode(m.TableEnd())
 
     def _resync(self, worker: _Worker) -> None:
         """The worker missed a table update (its channel stayed full, or the update was
@@ -253,20 +254,31 @@ class WorkerPool:
             if got is None:
                 return
             message, _fds = got
-            kind = message[0]
-            if kind == "host":
-                self.slow_host(message[1])
-            elif kind == "mesh":
-                self.slow_mesh(message[1], message[2])
-            elif kind == "seen":
-                self.seen.update(message[1])
-            elif kind == "stats":
-                worker.counters, worker.ring_drops, worker.table = message[1], message[2], message[3]
-                worker.last_report = time.monotonic()
-                if worker.reported is not None:
-                    worker.reported.set()
-            elif kind == "resync":  # the worker could not decode a message of ours
-                self._resync(worker)
+            self.HANDLERS[type(message)](self, worker, message)
+
+    # --- messages from a worker -------------------------------------------------------------------------
+
+    def _slow_host(self, worker: _Worker, message: m.SlowHost) -> None:
+        self.slow_host(message.frame)
+
+    def _slow_mesh(self, worker: _Worker, message: m.SlowMesh) -> None:
+        self.slow_mesh(message.ifname, message.frame)
+
+    def _seen(self, worker: _Worker, message: m.Seen) -> None:
+        self.seen.update(message.clients)
+
+    def _stats(self, worker: _Worker, message: m.Stats) -> None:
+        worker.counters, worker.ring_drops, worker.table = message.counters, message.ring_drops, message.table
+        worker.last_report = time.monotonic()
+        if worker.reported is not None:
+            worker.reported.set()
+
+    def _resync_asked(self, worker: _Worker, message: m.Resync) -> None:
+        """The worker could not decode a message of ours."""
+        self._resync(worker)
+
+    HANDLERS = {m.SlowHost: _slow_host, m.SlowMesh: _slow_mesh, m.Seen: _seen, m.Stats: _stats,
+                m.Resync: _resync_asked}
 
     def _lost(self, worker: _Worker) -> None:
         """A worker died: restart it on the same TAP queue and receive rings."""
@@ -307,7 +319,7 @@ class WorkerPool:
 
     # --- the daemon's calls -----------------------------------------------------------------------------
 
-    def _broadcast(self, message: tuple) -> None:
+    def _broadcast(self, message) -> None:
         data = encode(message)
         for worker in self.workers:
             if worker.alive():
@@ -334,18 +346,18 @@ class WorkerPool:
         entry = self.ports.pop(name, None)
         if entry is None:
             return
-        self._broadcast(("unport", name))
+        self._broadcast(m.RemovePort(name))
         for ring in entry[2]:
             ring.close()
 
     def set_ports(self, ports: dict, primary: bytes | None, wifi: bool) -> None:
         self.port_state = (dict(ports), primary, wifi)
-        self._broadcast(("ports", *self.port_state))
+        self._broadcast(m.SetPorts(*self.port_state))
 
     def apply(self, update: ForwardingUpdate) -> None:
         """A table update for every worker, in parts of bounded size (encoded once)."""
         self.table.apply(update)
-        parts = [encode(("fwd", part)) for part in split_update(update)]
+        parts = [encode(m.TableUpdate(part)) for part in split_update(update)]
         for worker in self.workers:
             if worker.alive():
                 for data in parts:
@@ -361,7 +373,7 @@ class WorkerPool:
         for worker in self.workers:
             if worker.alive():
                 worker.reported = asyncio.Event()
-                self._send(worker, ("report",))
+                self._send(worker, m.Report())
                 waits.append(worker.reported.wait())
         if waits:
             with contextlib.suppress(asyncio.TimeoutError):
@@ -400,7 +412,7 @@ class WorkerPool:
         self.closing = True
         for worker in self.workers:
             if worker.alive():
-                self._send(worker, ("stop",))
+                self._send(worker, m.Stop())
         deadline = time.monotonic() + 2.0
         for worker in self.workers:
             if worker.proc is None:

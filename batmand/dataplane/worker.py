@@ -18,6 +18,7 @@ import time
 
 from batmand.core.forwarding import ForwardingTable
 
+from . import messages as m
 from .channel import PART_ENTRIES, BadMessage, Channel
 from .engine import Engine, Port, table_sizes
 from .rings import RxRing, TxRing, statistics
@@ -66,14 +67,11 @@ class Worker:
             self.ring_drops[name] = self.ring_drops.get(name, 0) + statistics(port.rx.sock)[1]
         seen = iter(self.engine.take_seen().items())
         while part := dict(itertools.islice(seen, PART_ENTRIES)):  # any number of clients
-            self.channel.send(("seen", part), must=True)
+            self.channel.send(m.Seen(part), must=True)
         counters = dict(self.engine.counters)
         counters["drop_slow_path_queue"] = self.channel.dropped  # the control process lagged behind
         counters["channel_bad_messages"] = self.bad_messages
-        self.channel.send(("stats", counters, dict(self.ring_drops), table_sizes(self.engine.fwd)), must=True)
-
-    def do_report(self, fds) -> None:
-        self.report()
+        self.channel.send(m.Stats(counters, dict(self.ring_drops), table_sizes(self.engine.fwd)), must=True)
 
     def on_channel(self) -> None:
         for _ in range(CHANNEL_BATCH):  # a whole table in parts: frames are served in between
@@ -88,32 +86,37 @@ class Worker:
                 if self.bad_messages == 1:
                     print(f"batmand worker {os.getpid()}: {exc}; asking for the whole table", file=sys.stderr)
                 self.new_table = None
-                self.channel.send(("resync",), must=True)
+                self.channel.send(m.Resync(), must=True)
                 continue
             if got is None:
                 return
             message, fds = got
-            getattr(self, "do_" + message[0])(*message[1:], fds=fds)
+            self.HANDLERS[type(message)](self, message, fds)
 
     # --- messages from the control process ------------------------------------------------------
 
-    def do_config(self, settings: dict, fds) -> None:
+    def configure(self, message: m.Configure, fds) -> None:
         tap_fd = fds[0]
         os.set_blocking(tap_fd, False)
-        self.engine = Engine(tap_fd, self._slow_host, self._slow_mesh, gro=settings["gro"],
-                             csum_offload=settings["csum_offload"])
+        self.engine = Engine(tap_fd, self._slow_host, self._slow_mesh, gro=message.gro,
+                             csum_offload=message.csum_offload)
         self.epoll.register(tap_fd, select.EPOLLIN)
 
-    def do_port(self, name: str, mac: bytes, mtu: int, ring: dict, fds) -> None:
-        self.do_unport(name, fds=())
-        rx = RxRing(name, sock=socket.socket(fileno=fds[0]), **ring)
-        tx = TxRing(name, mtu=ring["mtu"], vnet_hdr=self.engine.csum_offload, sock=socket.socket(fileno=fds[1]))
-        port = Port(name, mac, mtu, rx, tx)
+    def add_port(self, message: m.AddPort, fds) -> None:
+        self._remove_port(message.name)
+        ring = message.ring
+        rx = RxRing(message.name, sock=socket.socket(fileno=fds[0]), **ring)
+        tx = TxRing(message.name, mtu=ring["mtu"], vnet_hdr=self.engine.csum_offload,
+                    sock=socket.socket(fileno=fds[1]))
+        port = Port(message.name, message.mac, message.mtu, rx, tx)
         self.engine.add_port(port)
         self.by_fd[rx.fileno()] = port
         self.epoll.register(rx.fileno(), select.EPOLLIN)
 
-    def do_unport(self, name: str, fds) -> None:
+    def remove_port(self, message: m.RemovePort, fds) -> None:
+        self._remove_port(message.name)
+
+    def _remove_port(self, name: str) -> None:
         port = self.engine.remove_port(name)
         if port is not None:
             self.epoll.unregister(port.rx.fileno())
@@ -121,42 +124,49 @@ class Worker:
             port.rx.close()
             port.tx.close()
 
-    def do_ports(self, ports: dict, primary, wifi: bool, fds) -> None:
-        self.engine.set_ports(ports, primary, wifi)
+    def set_ports(self, message: m.SetPorts, fds) -> None:
+        self.engine.set_ports(message.ports, message.primary, message.wifi)
 
-    def do_fwd(self, update, fds) -> None:
-        self.engine.apply(update)
+    def table_update(self, message: m.TableUpdate, fds) -> None:
+        self.engine.apply(message.update)
 
-    def do_table_begin(self, fds) -> None:
+    def table_begin(self, message: m.TableBegin, fds) -> None:
         self.new_table = ForwardingTable()
 
-    def do_table_part(self, update, fds) -> None:
+    def table_part(self, message: m.TablePart, fds) -> None:
         if self.new_table is not None:  # else a part of a table cut short: a new one follows
-            self.new_table.apply(update)
+            self.new_table.apply(message.update)
 
-    def do_table_end(self, fds) -> None:
+    def table_end(self, message: m.TableEnd, fds) -> None:
         """The whole table arrived: it replaces ours (until now, frames used the old one)."""
         if self.new_table is not None:
             self.engine.set_table(self.new_table)
             self.new_table = None
 
-    def do_stop(self, fds) -> None:
+    def report_now(self, message: m.Report, fds) -> None:
+        self.report()
+
+    def stop(self, message: m.Stop, fds) -> None:
         self.running = False
+
+    HANDLERS = {m.Configure: configure, m.AddPort: add_port, m.RemovePort: remove_port, m.SetPorts: set_ports,
+                m.TableUpdate: table_update, m.TableBegin: table_begin, m.TablePart: table_part,
+                m.TableEnd: table_end, m.Report: report_now, m.Stop: stop}
 
     # --- frames for the control process ------------------------------------------------------
 
     def _slow_host(self, frame: bytes) -> None:
-        self.channel.send(("host", frame))
+        self.channel.send(m.SlowHost(frame))
 
     def _slow_mesh(self, ifname: str, frame: bytes) -> None:
-        self.channel.send(("mesh", ifname, frame))
+        self.channel.send(m.SlowMesh(ifname, frame))
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the control process decides when we stop
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    channel = Channel(socket.socket(fileno=int(argv[0])))
+    channel = Channel(socket.socket(fileno=int(argv[0])), m.TO_WORKER)
     Worker(channel).run()
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 import select
 import signal
 import subprocess
@@ -19,9 +20,11 @@ import pytest
 
 from batmand.core.events import ClientRoute, ForwardingUpdate, OrigRoute
 from batmand.core.forwarding import TO_HOST, ForwardingTable, SlowPath, SlowRule
-from batmand.dataplane.channel import (MAX_MESSAGE, PART_ENTRIES, BadMessage, Channel, Outbox, encode, pair,
+from batmand.dataplane import messages as m
+from batmand.dataplane.channel import (MAX_MESSAGE, PART_ENTRIES, BadMessage, Channel, Outbox, decode, encode, pair,
                                        split_update)
-from batmand.dataplane.pool import worker_command
+from batmand.dataplane.pool import WorkerPool, worker_command
+from batmand.dataplane.worker import Worker
 from batmand.wire import Mac
 from tests.daemon.labs import best_routes, wait_for
 from tests.dataplane.inject import FakeOriginators, Sniffer, dp, mac, pair_lab, send_frames
@@ -178,7 +181,7 @@ def test_split_update_parts_make_the_same_table():
         whole.apply(update)
         parts = list(split_update(update))
         assert all(len(p.origs) + len(p.clients) + len(p.local_clients) <= PART_ENTRIES for p in parts)
-        assert all(len(encode(("fwd", p))) < MAX_MESSAGE // 4 for p in parts)
+        assert all(len(encode(m.TableUpdate(p))) < MAX_MESSAGE // 4 for p in parts)
         for part in parts:
             parted.apply(part)
     assert _tables_equal(whole, parted) and len(whole.clients) == 5000 - 200 + 300 + 10
@@ -188,15 +191,36 @@ def test_split_update_parts_make_the_same_table():
     assert _tables_equal(snapshot, whole)
 
 
+def test_every_message_kind_has_a_handler_on_its_side():
+    """One typed message set: the worker handles every kind the control process sends,
+    the control process every kind a worker sends; each survives the wire unchanged."""
+    assert set(Worker.HANDLERS) == set(m.TO_WORKER)
+    assert set(WorkerPool.HANDLERS) == set(m.FROM_WORKER)
+    samples = [m.Configure(True, False), m.AddPort("e0", b"\x02" * 6, 1500, {"mtu": 1560}), m.RemovePort("e0"),
+               m.SetPorts({"e0": (b"\x02" * 6, 1500)}, None, False), m.TableUpdate(_update(1, 3)), m.TableBegin(),
+               m.TablePart(_update(1, 3)), m.TableEnd(), m.Report(), m.Stop(), m.SlowHost(b"x" * 60),
+               m.SlowMesh("e0", b"y" * 60), m.Seen({(b"\x02" * 6, 0): 1.0}), m.Stats({"tx": 1}, {"e0": 0}, {}),
+               m.Resync()]
+    assert {type(s) for s in samples} == set(m.KINDS)
+    for sample in samples:
+        assert decode(encode(sample)) == sample and type(decode(encode(sample))) is type(sample)
+    with pytest.raises(BadMessage):
+        decode(encode(m.Stop()), m.FROM_WORKER)  # not a message for the control process
+    with pytest.raises(BadMessage):
+        decode(pickle.dumps((len(m.KINDS), b"")))  # no such kind
+    with pytest.raises(BadMessage):
+        decode(pickle.dumps((m.KINDS.index(m.SlowMesh), "e0")))  # a field missing
+
+
 def test_a_message_cut_short_is_reported_and_the_channel_goes_on():
     ours, theirs = pair()
-    reader = Channel(theirs)
+    reader = Channel(theirs, m.TO_WORKER)
     try:
-        ours.sock.send(encode(("fwd", _update(1, 6500))))  # over MAX_MESSAGE: the receive cuts it
-        ours.send_data(encode(("report",)))
+        ours.sock.send(encode(m.TableUpdate(_update(1, 6500))))  # over MAX_MESSAGE: the receive cuts it
+        ours.send_data(encode(m.Report()))
         with pytest.raises(BadMessage):
             reader.recv()
-        assert reader.recv() == (("report",), [])
+        assert reader.recv() == (m.Report(), [])
     finally:
         ours.close()
         reader.close()
@@ -210,15 +234,15 @@ def test_outbox_never_waits_for_a_worker_that_does_not_read():
     async def scenario():
         loop = asyncio.get_running_loop()
         ours, theirs = pair()
-        reader = Channel(theirs)
+        reader = Channel(theirs, m.TO_WORKER)
         table = ForwardingTable()
         stale = []
 
         def stream():
-            yield encode(("table_begin",))
+            yield encode(m.TableBegin())
             for part in split_update(table.snapshot()):
-                yield encode(("table_part", part))
-            yield encode(("table_end",))
+                yield encode(m.TablePart(part))
+            yield encode(m.TableEnd())
 
         def on_stale():
             stale.append(outbox.backlog())
@@ -231,7 +255,7 @@ def test_outbox_never_waits_for_a_worker_that_does_not_read():
             first = 100_000 + i * 500
             update = _update(first, 300, removed=range(first - 500, first - 450))
             table.apply(update)
-            for data in [encode(("fwd", part)) for part in split_update(update)]:
+            for data in [encode(m.TableUpdate(part)) for part in split_update(update)]:
                 start = time.monotonic()
                 outbox.put(data, table=True)
                 slowest = max(slowest, time.monotonic() - start)
@@ -246,13 +270,13 @@ def test_outbox_never_waits_for_a_worker_that_does_not_read():
                 await asyncio.sleep(0.001)
                 continue
             message = got[0]
-            if message[0] == "fwd":
-                mirror.apply(message[1])
-            elif message[0] == "table_begin":
+            if type(message) is m.TableUpdate:
+                mirror.apply(message.update)
+            elif type(message) is m.TableBegin:
                 new = ForwardingTable()
-            elif message[0] == "table_part":
-                new.apply(message[1])
-            elif message[0] == "table_end":
+            elif type(message) is m.TablePart:
+                new.apply(message.update)
+            elif type(message) is m.TableEnd:
                 mirror, new = new, None
         outbox.close()
         ours.close()
@@ -274,19 +298,19 @@ def test_worker_asks_for_the_whole_table_after_an_undecodable_message():
     theirs.close()
     tap_stand_in, w = os.pipe()  # never readable: the worker's TAP queue stays quiet
     try:
-        ours.send_data(encode(("config", {"gro": True, "csum_offload": True})), [tap_stand_in])
-        ours.sock.send(encode(("fwd", _update(1, 6500))))  # over MAX_MESSAGE
-        assert _next_message(ours) == ("resync",)
+        ours.send_data(encode(m.Configure(gro=True, csum_offload=True)), [tap_stand_in])
+        ours.sock.send(encode(m.TableUpdate(_update(1, 6500))))  # over MAX_MESSAGE
+        assert _next_message(ours) == m.Resync()
         table = ForwardingTable()
         table.apply(_update(1, 6500))
         ours.sock.setblocking(True)
-        ours.send_data(encode(("table_begin",)))
+        ours.send_data(encode(m.TableBegin()))
         for part in split_update(table.snapshot()):
-            ours.send_data(encode(("table_part", part)))
-        ours.send_data(encode(("table_end",)))
-        ours.send_data(encode(("report",)))
-        stats = _next_message(ours, "stats")
-        ours.send_data(encode(("stop",)))
+            ours.send_data(encode(m.TablePart(part)))
+        ours.send_data(encode(m.TableEnd()))
+        ours.send_data(encode(m.Report()))
+        stats = _next_message(ours, m.Stats)
+        ours.send_data(encode(m.Stop()))
         code = proc.wait(timeout=10)
     finally:
         if proc.poll() is None:
@@ -296,15 +320,15 @@ def test_worker_asks_for_the_whole_table_after_an_undecodable_message():
         for fd in (tap_stand_in, w):
             os.close(fd)
     assert code == 0, proc.stderr.read().decode(errors="replace")
-    assert stats[1]["channel_bad_messages"] == 1
-    assert stats[3] == {"origs": 1, "clients": 6500, "local_clients": 1}
+    assert stats.counters["channel_bad_messages"] == 1
+    assert stats.table == {"origs": 1, "clients": 6500, "local_clients": 1}
 
 
-def _next_message(channel: Channel, kind: str | None = None, timeout: float = 10.0) -> tuple:
+def _next_message(channel: Channel, kind: type | None = None, timeout: float = 10.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         select.select([channel.fileno()], [], [], 0.1)
         got = channel.recv()
-        if got is not None and (kind is None or got[0][0] == kind):
+        if got is not None and (kind is None or type(got[0]) is kind):
             return got[0]
-    raise AssertionError(f"no {kind or 'message'} from the worker within {timeout} s")
+    raise AssertionError(f"no {kind.__name__ if kind else 'message'} from the worker within {timeout} s")

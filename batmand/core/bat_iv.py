@@ -10,11 +10,12 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from batmand.wire import BROADCAST, IvOgm, Mac, OgmFlags, build_frame
-from batmand.wire.constants import TTL
+from batmand.wire.constants import TTL, PacketType
 
+from .algorithm import jittered, register
 from .bitarray import WINDOW_SIZE, bit_get_packet, popcount, seq_diff32, window_protected
 from .hardif import HardInterface
-from .originator import NeighNode, OrigNode
+from .originator import NeighIfInfo, NeighNode, OrigIfInfo, OrigNode
 
 TQ_MAX = 255
 OGM_HLEN = 24
@@ -25,8 +26,73 @@ BIDIRECT_SEND_MINIMUM = 1
 BIDIRECT_RECV_MINIMUM = 1
 TOTAL_BIDIRECT_LIMIT = 1
 
+TQ_GLOBAL_WINDOW_SIZE = 5
+
 NO_DUP, ORIG_DUP, NEIGH_DUP, PROTECTED = range(4)
 _WINDOW_CUBE = WINDOW_SIZE ** 3
+
+
+# --- B.A.T.M.A.N. IV's own state on the shared records (the kernel's bat_iv sub-structs) -----
+
+
+@dataclass(eq=False)
+class IvIface:
+    """hard_iface->bat_iv: the next own OGM seqno (always "last scheduled + 1")."""
+
+    ogm_seqno: int
+
+
+@dataclass(eq=False)
+class IvNeighIfInfo:
+    """neigh_ifinfo->bat_iv: the window of the neighbour's OGMs received, and its TQ ring."""
+
+    real_bits: int = 0
+    real_packet_count: int = 0
+    tq_recv: list[int] = field(default_factory=lambda: [0] * TQ_GLOBAL_WINDOW_SIZE)
+    tq_index: int = 0
+    tq_avg: int = 0
+
+    def push_tq(self, value: int) -> None:
+        """batadv_ring_buffer_set + batadv_ring_buffer_avg (zeros are not averaged)."""
+        self.tq_recv[self.tq_index] = value
+        self.tq_index = (self.tq_index + 1) % TQ_GLOBAL_WINDOW_SIZE
+        nonzero = [v for v in self.tq_recv if v]
+        self.tq_avg = sum(nonzero) // len(nonzero) if nonzero else 0
+
+
+@dataclass(eq=False)
+class IvOrigIfInfo:
+    """orig_ifinfo->bat_iv: which of our last 64 OGMs on this interface the originator
+    echoed back."""
+
+    bcast_own: int = 0
+    bcast_own_sum: int = 0
+
+
+def neigh_iv(info: NeighIfInfo) -> IvNeighIfInfo:
+    if info.algo is None:
+        info.algo = IvNeighIfInfo()
+    return info.algo
+
+
+def orig_iv(info: OrigIfInfo) -> IvOrigIfInfo:
+    if info.algo is None:
+        info.algo = IvOrigIfInfo()
+    return info.algo
+
+
+def _tq(info: NeighIfInfo | None) -> int:
+    return info.algo.tq_avg if info is not None and info.algo is not None else 0
+
+
+def _echoes(info: OrigIfInfo | None) -> int:
+    """The echo bits of our OGMs (0: none, or nothing known)."""
+    return info.algo.bcast_own if info is not None and info.algo is not None else 0
+
+
+def _echo_count(info: OrigIfInfo | None) -> int:
+    """How many of our last 64 OGMs were echoed."""
+    return info.algo.bcast_own_sum if info is not None and info.algo is not None else 0
 
 
 @dataclass(eq=False)
@@ -46,20 +112,35 @@ def hop_penalty(tq: int, penalty: int) -> int:
     return tq * (TQ_MAX - penalty) // TQ_MAX
 
 
+@register
 class BatmanIV:
     name = "BATMAN_IV"
+    receives = (PacketType.IV_OGM,)
+    metric_key = "tq"
+    estimates_links = False
 
     def __init__(self, mesh) -> None:
         self.mesh = mesh
         self.queue: list[ForwPacket] = []
         self.silent = False
+        self._saved_seqnos: dict[str, int] = {}  # interface MAC -> OGM seqno to continue from
+
+    def receivers(self) -> dict:
+        return {PacketType.IV_OGM: self.receive}
 
     # --- metric used by the generic parts (purge, TT best originator, gateways) -----------
 
     @staticmethod
     def metric(neigh: NeighNode, outif=None) -> int:
-        info = neigh.ifinfo_get(outif)
-        return info.tq_avg if info else 0
+        return _tq(neigh.ifinfo_get(outif))
+
+    @staticmethod
+    def originator_metric(neigh: NeighNode) -> int:
+        return _tq(neigh.ifinfo_get(None))
+
+    @staticmethod
+    def neighbour_metric(hardif_neigh) -> None:
+        return None  # IV's neighbour listing has no metric
 
     # --- evidence that an entry is real (which entries a full table keeps) ------------------
 
@@ -67,19 +148,29 @@ class BatmanIV:
     def orig_has_evidence(orig_node: OrigNode) -> bool:
         """It echoes our OGMs (a bidirectional link) or we have a route to it; a spoofed
         originator that never echoes has neither."""
-        return any(info.bcast_own or info.router is not None for info in orig_node.ifinfo.values())
+        return any(_echoes(info) or info.router is not None for info in orig_node.ifinfo.values())
 
     def neigh_has_evidence(self, iface: HardInterface, neigh) -> bool:
         """The neighbour echoes our OGMs on this interface."""
         orig_neigh = self.mesh.originators.get(neigh.addr)
-        info = orig_neigh.ifinfo.get(iface) if orig_neigh is not None else None
-        return bool(info and info.bcast_own)
+        return bool(orig_neigh is not None and _echoes(orig_neigh.ifinfo.get(iface)))
+
+    # --- sequence numbers across restarts ---------------------------------------------------
+
+    def seqno_state(self) -> dict:
+        return {"ogm_seqno": {str(i.mac): i.algo.ogm_seqno for i in self.mesh.ifaces if i.algo is not None}}
+
+    def restore_seqnos(self, state: dict, ahead: int) -> None:
+        """Per interface MAC, taken by the interface when it is enabled (once)."""
+        for mac, seqno in (state.get("ogm_seqno") or {}).items():
+            self._saved_seqnos[mac] = (seqno + ahead) & 0xFFFFFFFF
 
     # --- own OGMs ---------------------------------------------------------------------------
 
     def iface_enabled(self, now: float, iface: HardInterface) -> None:
-        if iface.ogm_seqno is None:
-            iface.ogm_seqno = self.mesh.rng.getrandbits(32)
+        if iface.algo is None:
+            saved = self._saved_seqnos.pop(str(iface.mac), None)
+            iface.algo = IvIface(saved if saved is not None else self.mesh.rng.getrandbits(32))
         if not any(p.own and p.if_incoming is iface and p.if_outgoing is iface for p in self.queue):
             self.schedule_own(now, iface)  # else: active again, its OGM timer never stopped
 
@@ -93,11 +184,6 @@ class BatmanIV:
         self.queue = [p for p in self.queue if (p.if_incoming is not iface and p.if_outgoing is not iface)
                       or (p.own and p.if_incoming is iface and p.if_outgoing is iface)]
 
-    def _send_time(self, now: float) -> float:
-        cfg = self.mesh.config
-        jitter = cfg.jitter_ms
-        return now + (cfg.orig_interval_ms - jitter + self.mesh.rng.randrange(2 * jitter)) / 1000.0
-
     def schedule_own(self, now: float, iface: HardInterface) -> None:
         """batadv_iv_ogm_schedule_buff: consume a seqno, slide the echo windows, queue.
         An interface that is down only keeps its timer going (its OGM is dropped when due,
@@ -107,11 +193,11 @@ class BatmanIV:
         primary = self.mesh.primary
         is_primary = iface is primary
         tvlvs = self.mesh.ogm_tvlvs(now) if is_primary and iface.active else []
-        ogm = IvOgm(ttl=TTL if is_primary else 2, flags=0, seqno=iface.ogm_seqno, orig=iface.mac,
+        ogm = IvOgm(ttl=TTL if is_primary else 2, flags=0, seqno=iface.algo.ogm_seqno, orig=iface.mac,
                     prev_sender=iface.mac, tq=TQ_MAX, tvlvs=tvlvs)
-        iface.ogm_seqno = (iface.ogm_seqno + 1) & 0xFFFFFFFF
+        iface.algo.ogm_seqno = (iface.algo.ogm_seqno + 1) & 0xFFFFFFFF
         self._slide_own_window(iface)
-        send_time = self._send_time(now)
+        send_time = jittered(self.mesh, now, self.mesh.config.orig_interval_ms)
         size = OGM_HLEN + ogm.tvlv_len
         targets = self.mesh.active_ifaces() if is_primary and iface.active else [iface]
         for out in targets:
@@ -125,15 +211,16 @@ class BatmanIV:
     def own_ogm_sent(self, iface: HardInterface, seqno: int) -> None:
         """Replaying a capture of a kernel node: it just sent its own OGM `seqno` and has
         scheduled the next one (counter = seqno + 2, echo windows slid once)."""
-        iface.ogm_seqno = (seqno + 2) & 0xFFFFFFFF
+        iface.algo.ogm_seqno = (seqno + 2) & 0xFFFFFFFF
         self._slide_own_window(iface)
 
     def _slide_own_window(self, iface: HardInterface) -> None:
         for orig_node in self.mesh.originators.nodes.values():
             info = orig_node.ifinfo_get(iface)
-            if info is not None:
-                info.bcast_own, _ = bit_get_packet(info.bcast_own, 1, False)
-                info.bcast_own_sum = popcount(info.bcast_own)
+            if info is not None and info.algo is not None:
+                iv = info.algo
+                iv.bcast_own, _ = bit_get_packet(iv.bcast_own, 1, False)
+                iv.bcast_own_sum = popcount(iv.bcast_own)
 
     # --- aggregation queue ------------------------------------------------------------------
 
@@ -204,11 +291,9 @@ class BatmanIV:
     # --- receive ----------------------------------------------------------------------------
 
     def receive(self, now: float, iface: HardInterface, frame, data: bytes) -> None:
-        """batadv_iv_ogm_receive: every element of the aggregate, within the kernel's walk.
-        Element sizes come from the raw frame (cheaper than re-encoding the TVLVs)."""
+        """batadv_iv_ogm_receive: every element of the aggregate, within the kernel's walk."""
         offset = 0
-        for ogm in frame.packets:
-            size = OGM_HLEN + (data[14 + offset + 22] << 8 | data[14 + offset + 23])
+        for ogm, size in zip(frame.packets, frame.sizes):
             offset += size
             if offset > MAX_AGGREGATION_BYTES:  # the kernel's receive walk stops here
                 self.mesh.counters.drop("ogm_beyond_aggregation_limit")
@@ -249,10 +334,11 @@ class BatmanIV:
         info = orig_neigh.ifinfo_get(if_incoming)
         if info is None:
             return
-        bit = seq_diff32((if_incoming.ogm_seqno - 2) & 0xFFFFFFFF, ogm.seqno)
+        bit = seq_diff32((if_incoming.algo.ogm_seqno - 2) & 0xFFFFFFFF, ogm.seqno)
         if 0 <= bit < WINDOW_SIZE:
-            info.bcast_own |= 1 << bit
-            info.bcast_own_sum = popcount(info.bcast_own)
+            iv = orig_iv(info)
+            iv.bcast_own |= 1 << bit
+            iv.bcast_own_sum = popcount(iv.bcast_own)
 
     def _update_seqnos(self, now: float, if_incoming: HardInterface, eth_src: Mac, ogm: IvOgm,
                        orig_node: OrigNode, outif) -> int:
@@ -269,7 +355,7 @@ class BatmanIV:
         age = -diff  # how far behind the window's end this seqno is (bit index if >= 0)
         in_window = 0 <= age < WINDOW_SIZE
         for neigh in orig_node.neighbours.values():
-            ninfo = neigh.ifinfo.get(outif) or neigh.ifinfo_new(outif)
+            ninfo = neigh_iv(neigh.ifinfo_new(outif))
             is_dup = in_window and bool(ninfo.real_bits >> age & 1)
             if neigh.addr == eth_src and neigh.if_incoming is if_incoming:
                 mark = True
@@ -304,8 +390,7 @@ class BatmanIV:
                 neigh.last_seen = now
         router = orig_node.router(outif)
         router_router = router.orig_node.router(outif) if router else None
-        router_info = router.ifinfo_get(outif) if router else None
-        from_best = bool(router_info and router_info.tq_avg != 0 and router.addr == eth_src)
+        from_best = bool(router and _tq(router.ifinfo_get(outif)) != 0 and router.addr == eth_src)
         if (router and router_router and router.addr == ogm.prev_sender and ogm.orig != ogm.prev_sender
                 and router.addr == router_router.addr):
             return  # avoid temporary routing loops
@@ -348,9 +433,8 @@ class BatmanIV:
         if orig_node is orig_neigh:
             neigh.last_seen = now
         orig_node.last_seen = now
-        own_info = orig_neigh.ifinfo_get(if_incoming)
-        echo_count = own_info.bcast_own_sum if own_info else 0
-        rq_count = neigh.ifinfo_new(outif).real_packet_count
+        echo_count = _echo_count(orig_neigh.ifinfo_get(if_incoming))
+        rq_count = neigh_iv(neigh.ifinfo_new(outif)).real_packet_count
         total = min(echo_count, rq_count)
         if total < BIDIRECT_SEND_MINIMUM or rq_count < BIDIRECT_RECV_MINIMUM:
             tq_own = 0
@@ -358,7 +442,7 @@ class BatmanIV:
             tq_own = TQ_MAX * total // rq_count
         inv = WINDOW_SIZE - rq_count
         tq_asym = TQ_MAX - TQ_MAX * inv * inv * inv // _WINDOW_CUBE
-        tq_iface = TQ_MAX - if_incoming.hop_penalty
+        tq_iface = TQ_MAX - if_incoming.settings.hop_penalty
         if outif is not None and if_incoming is outif and if_incoming.wifi:
             tq_iface = hop_penalty(tq_iface, mesh.config.hop_penalty)  # half duplex
         return ogm.tq * tq_own * tq_asym * tq_iface // (TQ_MAX * TQ_MAX * TQ_MAX)
@@ -376,7 +460,7 @@ class BatmanIV:
                 continue
             cinfo = candidate.ifinfo_get(outif)
             if cinfo is not None:
-                cinfo.push_tq(0)
+                neigh_iv(cinfo).push_tq(0)
         if neigh is None:
             orig_tmp = mesh.originators.get_or_create(eth_src, now)
             if orig_tmp is None:
@@ -386,7 +470,7 @@ class BatmanIV:
                 return
         ninfo = neigh.ifinfo_new(outif)
         neigh.last_seen = now
-        ninfo.push_tq(tq)
+        neigh_iv(ninfo).push_tq(tq)
         if dup == NO_DUP:
             info.last_ttl = ogm.ttl
             ninfo.last_ttl = ogm.ttl
@@ -395,9 +479,9 @@ class BatmanIV:
             return
         if router is not None:
             rinfo = router.ifinfo_get(outif)
-            if rinfo is None or rinfo.tq_avg > ninfo.tq_avg:
+            if rinfo is None or _tq(rinfo) > _tq(ninfo):
                 return
-            if rinfo.tq_avg == ninfo.tq_avg:
+            if _tq(rinfo) == _tq(ninfo):
                 sum_router = self._bcast_own_sum(router)
                 sum_neigh = self._bcast_own_sum(neigh)
                 if sum_router >= sum_neigh:
@@ -406,8 +490,7 @@ class BatmanIV:
 
     @staticmethod
     def _bcast_own_sum(neigh: NeighNode) -> int:
-        info = neigh.orig_node.ifinfo_get(neigh.if_incoming)
-        return info.bcast_own_sum if info else 0
+        return _echo_count(neigh.orig_node.ifinfo_get(neigh.if_incoming))
 
     def _forward(self, now: float, eth_src: Mac, ogm: IvOgm, size: int, tq: int, single_hop: bool,
                  from_best: bool, if_incoming: HardInterface, outif: HardInterface) -> None:

@@ -13,58 +13,22 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from batmand.wire import BROADCAST, ELP_TVLV_PADDING, Elp, Mac, Ogm2, build_frame
-from batmand.wire.constants import TTL
+from batmand.wire.constants import TTL, PacketType
 
+from .algorithm import jittered, register
 from .bitarray import seq_diff32, window_protected
 from .hardif import HardInterface, HardifNeigh
-from .originator import NeighNode, OrigNode
+from .originator import NeighIfInfo, NeighNode, OrigNode
 
 THROUGHPUT_DEFAULT = 10  # 1 Mbit/s, when nothing better is known
 THROUGHPUT_MAX = 0xFFFFFFFF
 ELP_MAX_AGE = 64
 OGM_MAX_AGE = 64
 OGM_MAX_ORIGDIFF = 5
-OGM2_HLEN = 20
 MAX_AGGREGATION_BYTES = 512
 ELP_PROBES_PER_NODE = 2
 ELP_MIN_PROBE_SIZE = 200
 ELP_PROBE_MAX_TX_DIFF = 0.1
-
-
-def estimate_throughput(iface: HardInterface, neigh_addr: Mac, log=None) -> int:
-    """batadv_v_elp_get_throughput (100 kbit/s units): the override, else Wi-Fi station
-    data, else the Ethernet link speed, else the 1 Mbit/s default (with a warning once)."""
-    if iface.throughput_override:
-        return iface.throughput_override
-    if iface.wifi:
-        station = iface.stations.get(neigh_addr)
-        if station is None and iface.stations:
-            return 0  # not associated any more
-        if station is not None:
-            if station.expected_throughput_kbps is not None:
-                return station.expected_throughput_kbps // 100
-            if station.tx_bitrate_100kbps is not None:
-                return station.tx_bitrate_100kbps // 3
-    elif iface.link_speed_mbit:
-        return iface.link_speed_mbit * 10
-    if not iface.default_throughput_warned and log is not None:
-        log(f"WiFi driver or ethtool info does not provide information about link speeds on interface "
-            f"{iface.name}, therefore defaulting to hardcoded throughput values of 1.0 Mbps. Consider "
-            f"overriding the throughput manually or checking your driver.")
-    iface.default_throughput_warned = True
-    return THROUGHPUT_DEFAULT
-
-
-def forward_penalty(throughput: int, if_incoming: HardInterface, outif, hop_penalty: int) -> int:
-    """batadv_v_forward_penalty: per-interface penalty always; on the default table nothing
-    more; halved when forwarded on the same half-duplex interface; else the hop penalty.
-    (u32 arithmetic as in the kernel.)"""
-    throughput = ((throughput * (255 - if_incoming.hop_penalty)) & 0xFFFFFFFF) // 255
-    if outif is None:
-        return throughput
-    if throughput > 10 and if_incoming is outif and not if_incoming.full_duplex:
-        return throughput // 2
-    return ((throughput * (255 - hop_penalty)) & 0xFFFFFFFF) // 255
 
 
 @dataclass(eq=False)
@@ -76,22 +40,150 @@ class AggregationQueue:
     flush_at: float = float("inf")
 
 
+# --- B.A.T.M.A.N. V's own state on the shared records (the kernel's bat_v sub-structs) ------
+
+
+@dataclass(eq=False)
+class VIface:
+    """hard_iface->bat_v: the ELP seqno and timer, the OGMv2 aggregation queue."""
+
+    elp_seqno: int
+    enabled: bool = False  # sends ELP and OGMv2 (not while down)
+    next_elp: float = float("inf")
+    queue: AggregationQueue = field(default_factory=AggregationQueue)
+    default_throughput_warned: bool = False
+
+
+@dataclass(eq=False)
+class VHardifNeigh:
+    """hardif_neigh->bat_v: the neighbour's last ELP and the link throughput estimate (an
+    EWMA, 100 kbit/s units)."""
+
+    elp_latest_seqno: int = 0
+    elp_interval: int = 0
+    throughput_internal: int = 0  # linux/average.h EWMA, 10 fractional bits
+    last_unicast_tx: float = float("-inf")
+
+    def throughput_add(self, value: int) -> None:
+        """ewma_throughput_add: weight 1/8, 10 fractional bits (DECLARE_EWMA(throughput, 10, 8))."""
+        internal = self.throughput_internal
+        self.throughput_internal = ((internal << 3) - internal + (value << 10)) >> 3 if internal else value << 10
+
+    @property
+    def throughput(self) -> int:
+        return self.throughput_internal >> 10
+
+
+@dataclass(eq=False)
+class VNeighIfInfo:
+    """neigh_ifinfo->bat_v: the path throughput through this neighbour (100 kbit/s) and the
+    seqno of its last OGMv2."""
+
+    throughput: int = 0
+    last_seqno: int = 0
+
+
+def hardif_neigh_v(neigh: HardifNeigh) -> VHardifNeigh:
+    if neigh.algo is None:
+        neigh.algo = VHardifNeigh()
+    return neigh.algo
+
+
+def neigh_v(info: NeighIfInfo) -> VNeighIfInfo:
+    if info.algo is None:
+        info.algo = VNeighIfInfo()
+    return info.algo
+
+
+def _throughput(info: NeighIfInfo | None) -> int:
+    return info.algo.throughput if info is not None and info.algo is not None else 0
+
+
+def estimate_throughput(iface: HardInterface, neigh_addr: Mac, log=None) -> int:
+    """batadv_v_elp_get_throughput (100 kbit/s units): the override, else Wi-Fi station
+    data, else the Ethernet link speed, else the 1 Mbit/s default (with a warning once)."""
+    if iface.settings.throughput_override:
+        return iface.settings.throughput_override // 100  # kbit/s in the settings
+    link = iface.link
+    if iface.wifi:
+        station = link.stations.get(neigh_addr)
+        if station is None and link.stations:
+            return 0  # not associated any more
+        if station is not None:
+            if station.expected_throughput_kbps is not None:
+                return station.expected_throughput_kbps // 100
+            if station.tx_bitrate_100kbps is not None:
+                return station.tx_bitrate_100kbps // 3
+    elif link.speed_mbit:
+        return link.speed_mbit * 10
+    state = iface.algo
+    if log is not None and not (state is not None and state.default_throughput_warned):
+        log(f"WiFi driver or ethtool info does not provide information about link speeds on interface "
+            f"{iface.name}, therefore defaulting to hardcoded throughput values of 1.0 Mbps. Consider "
+            f"overriding the throughput manually or checking your driver.")
+    if state is not None:
+        state.default_throughput_warned = True
+    return THROUGHPUT_DEFAULT
+
+
+def forward_penalty(throughput: int, if_incoming: HardInterface, outif, hop_penalty: int) -> int:
+    """batadv_v_forward_penalty: per-interface penalty always; on the default table nothing
+    more; halved when forwarded on the same half-duplex interface; else the hop penalty.
+    (u32 arithmetic as in the kernel.)"""
+    throughput = ((throughput * (255 - if_incoming.settings.hop_penalty)) & 0xFFFFFFFF) // 255
+    if outif is None:
+        return throughput
+    if throughput > 10 and if_incoming is outif and not if_incoming.link.full_duplex:
+        return throughput // 2
+    return ((throughput * (255 - hop_penalty)) & 0xFFFFFFFF) // 255
+
+
+@register
 class BatmanV:
     name = "BATMAN_V"
+    receives = (PacketType.ELP, PacketType.OGM2)
+    metric_key = "throughput"
+    estimates_links = True
 
     def __init__(self, mesh) -> None:
         self.mesh = mesh
         self.ogm_seqno = mesh.rng.getrandbits(32)
         self.next_ogm = float("inf")
-        self.next_elp: dict[HardInterface, float] = {}
-        self.queues: dict[HardInterface, AggregationQueue] = {}
+        self._saved_elp: dict[str, int] = {}  # interface MAC -> ELP seqno to continue from
+
+    def receivers(self) -> dict:
+        return {PacketType.ELP: self.receive_elp, PacketType.OGM2: self.receive}
+
+    def _enabled(self) -> list[HardInterface]:
+        return [i for i in self.mesh.ifaces if i.algo is not None and i.algo.enabled]
 
     # --- metric ---------------------------------------------------------------------------------
 
     @staticmethod
     def metric(neigh: NeighNode, outif=None) -> int:
-        info = neigh.ifinfo_get(outif)
-        return info.throughput if info else 0
+        return _throughput(neigh.ifinfo_get(outif))
+
+    @staticmethod
+    def originator_metric(neigh: NeighNode) -> int:
+        return _throughput(neigh.ifinfo_get(None)) * 100  # kbit/s, as the kernel reports it
+
+    @staticmethod
+    def neighbour_metric(hardif_neigh: HardifNeigh) -> int:
+        return hardif_neigh_v(hardif_neigh).throughput * 100  # kbit/s
+
+    # --- sequence numbers across restarts -------------------------------------------------------
+
+    def seqno_state(self) -> dict:
+        return {"ogm2_seqno": self.ogm_seqno,
+                "elp_seqno": {str(i.mac): i.algo.elp_seqno for i in self.mesh.ifaces if i.algo is not None}}
+
+    def restore_seqnos(self, state: dict, ahead: int) -> None:
+        """The node-wide OGMv2 seqno at once; ELP seqnos per interface MAC, taken by the
+        interface when it is enabled (once). ELPs go out twice as often as OGMs."""
+        if isinstance(state.get("ogm2_seqno"), int):
+            self.ogm_seqno = (state["ogm2_seqno"] + ahead) & 0xFFFFFFFF
+        for mac, seqno in (state.get("elp_seqno") or {}).items():
+            self._saved_elp[mac] = (seqno + 2 * ahead) & 0xFFFFFFFF
 
     # --- evidence that an entry is real (which entries a full table keeps) ---------------------
 
@@ -113,52 +205,54 @@ class BatmanV:
 
     # --- interfaces -----------------------------------------------------------------------------
 
-    def _jittered(self, now: float, interval_ms: int) -> float:
-        jitter = self.mesh.config.jitter_ms
-        return now + (interval_ms - jitter + self.mesh.rng.randrange(2 * jitter)) / 1000.0
-
     def iface_enabled(self, now: float, iface: HardInterface) -> None:
-        if iface.elp_seqno is None:
-            iface.elp_seqno = self.mesh.rng.getrandbits(32)
-        self.next_elp[iface] = self._jittered(now, iface.elp_interval_ms)
-        self.queues[iface] = AggregationQueue()
+        if iface.algo is None:
+            saved = self._saved_elp.pop(str(iface.mac), None)
+            iface.algo = VIface(saved if saved is not None else self.mesh.rng.getrandbits(32))
+        iface.algo.enabled = True
+        iface.algo.next_elp = jittered(self.mesh, now, iface.settings.elp_interval)
+        iface.algo.queue = AggregationQueue()
         if self.next_ogm == float("inf"):
-            self.next_ogm = self._jittered(now, self.mesh.config.orig_interval_ms)
+            self.next_ogm = jittered(self.mesh, now, self.mesh.config.orig_interval_ms)
 
     def iface_disabled(self, iface: HardInterface) -> None:
-        self.next_elp.pop(iface, None)
-        self.queues.pop(iface, None)
+        if iface.algo is not None:
+            iface.algo.enabled = False
+            iface.algo.next_elp = float("inf")
+            iface.algo.queue = AggregationQueue()
 
     def iface_deactivated(self, iface: HardInterface) -> None:
         self.iface_disabled(iface)  # batadv_v_iface_activate starts it afresh
 
     def next_deadline(self) -> float:
-        times = [self.next_ogm, *self.next_elp.values(), *(q.flush_at for q in self.queues.values())]
-        return min(times, default=float("inf"))
+        times = [self.next_ogm]
+        for iface in self._enabled():
+            times += (iface.algo.next_elp, iface.algo.queue.flush_at)
+        return min(times)
 
     def tick(self, now: float) -> None:
-        for iface, when in list(self.next_elp.items()):
-            if when <= now:
+        for iface in self._enabled():
+            if iface.algo.next_elp <= now:
                 self._send_elp(now, iface)
         if self.next_ogm <= now:
             self._send_own_ogm(now)
-        for iface, queue in list(self.queues.items()):
-            if queue.flush_at <= now:
-                self._flush(iface, queue)
+        for iface in self._enabled():
+            if iface.algo.queue.flush_at <= now:
+                self._flush(iface, iface.algo.queue)
 
     # --- ELP ------------------------------------------------------------------------------------
 
     def _send_elp(self, now: float, iface: HardInterface) -> None:
         """batadv_v_elp_periodic_work."""
-        mesh = self.mesh
-        self.next_elp[iface] = self._jittered(now, iface.elp_interval_ms)
+        mesh, state = self.mesh, iface.algo
+        state.next_elp = jittered(self.mesh, now, iface.settings.elp_interval)
         if not iface.active or mesh.primary is None:
             return
-        elp = Elp(orig=mesh.primary.mac, seqno=iface.elp_seqno, elp_interval=iface.elp_interval_ms)
+        elp = Elp(orig=mesh.primary.mac, seqno=state.elp_seqno, elp_interval=iface.settings.elp_interval)
         mesh.transmit(iface, build_frame(BROADCAST, iface.mac, elp, padding=ELP_TVLV_PADDING), mgmt=True)
-        iface.elp_seqno = (iface.elp_seqno + 1) & 0xFFFFFFFF
+        state.elp_seqno = (state.elp_seqno + 1) & 0xFFFFFFFF
         for neigh in iface.neighbours.values():
-            if iface.wifi and now - neigh.last_unicast_tx > ELP_PROBE_MAX_TX_DIFF:
+            if iface.wifi and now - hardif_neigh_v(neigh).last_unicast_tx > ELP_PROBE_MAX_TX_DIFF:
                 self._probe(now, iface, neigh, elp)
         self.own_elp_sent(iface)
 
@@ -166,13 +260,14 @@ class BatmanV:
         """After each own ELP: every neighbour's link estimate takes a new sample (also
         used when replaying a kernel node's capture, whose ELPs are in the capture)."""
         for neigh in iface.neighbours.values():
-            neigh.throughput_add(estimate_throughput(iface, neigh.addr, self.mesh.log))
+            hardif_neigh_v(neigh).throughput_add(estimate_throughput(iface, neigh.addr, self.mesh.log))
 
     def silence(self) -> None:
         """Send nothing of our own (replaying a capture of another node)."""
         self.next_ogm = float("inf")
-        for iface in self.next_elp:
-            self.next_elp[iface] = float("inf")
+        for iface in self.mesh.ifaces:
+            if iface.algo is not None:
+                iface.algo.next_elp = float("inf")
 
     def _probe(self, now: float, iface: HardInterface, neigh: HardifNeigh, elp: Elp) -> None:
         """Unicast ELP copies padded to 200 bytes so the Wi-Fi rate control samples the link."""
@@ -180,9 +275,9 @@ class BatmanV:
         raw += bytes(max(0, ELP_MIN_PROBE_SIZE - (len(raw) - 14)))
         for _ in range(ELP_PROBES_PER_NODE):
             self.mesh.transmit(iface, raw)
-        neigh.last_unicast_tx = now
+        hardif_neigh_v(neigh).last_unicast_tx = now
 
-    def receive_elp(self, now: float, iface: HardInterface, frame) -> None:
+    def receive_elp(self, now: float, iface: HardInterface, frame, data: bytes = b"") -> None:
         """batadv_v_elp_packet_recv / batadv_v_elp_neigh_update."""
         mesh = self.mesh
         eth, elp = frame.ethernet, frame.packet
@@ -197,20 +292,21 @@ class BatmanV:
         hardif_neigh = iface.neighbours.get(eth.h_source)
         if hardif_neigh is None:
             return
-        diff = seq_diff32(elp.seqno, hardif_neigh.elp_latest_seqno)
+        state = hardif_neigh_v(hardif_neigh)
+        diff = seq_diff32(elp.seqno, state.elp_latest_seqno)
         if -ELP_MAX_AGE < diff < 1:
             return  # known or older (but a restarted neighbour is adopted)
         neigh.last_seen = now
         hardif_neigh.last_seen = now
-        hardif_neigh.elp_latest_seqno = elp.seqno
-        hardif_neigh.elp_interval = elp.elp_interval
+        state.elp_latest_seqno = elp.seqno
+        state.elp_interval = elp.elp_interval
 
     # --- own OGMv2 --------------------------------------------------------------------------------
 
     def _send_own_ogm(self, now: float) -> None:
         """batadv_v_ogm_send_meshif: commit TT, stamp the node-wide seqno, queue everywhere."""
         mesh = self.mesh
-        self.next_ogm = self._jittered(now, mesh.config.orig_interval_ms)
+        self.next_ogm = jittered(self.mesh, now, mesh.config.orig_interval_ms)
         if mesh.primary is None:
             return
         ogm = Ogm2(ttl=TTL, seqno=self.ogm_seqno, orig=mesh.primary.mac, throughput=THROUGHPUT_MAX,
@@ -223,9 +319,9 @@ class BatmanV:
             self._queue(now, iface, raw)
 
     def _queue(self, now: float, iface: HardInterface, raw: bytes) -> None:
-        queue = self.queues.get(iface)
-        if queue is None:
-            return
+        if iface.algo is None or not iface.algo.enabled:
+            return  # not enabled (or down)
+        queue = iface.algo.queue
         if not self.mesh.config.aggregation:
             self.mesh.transmit(iface, build_frame(BROADCAST, iface.mac) + raw, mgmt=True)
             return
@@ -251,8 +347,8 @@ class BatmanV:
         if mesh.is_my_mac(frame.ethernet.h_source) or mesh.is_my_mac(frame.packet.orig):
             return
         offset = 0
-        for ogm in frame.packets:
-            offset += OGM2_HLEN + (data[14 + offset + 14] << 8 | data[14 + offset + 15])
+        for ogm, size in zip(frame.packets, frame.sizes):
+            offset += size
             if offset > MAX_AGGREGATION_BYTES:
                 mesh.counters.drop("ogm_beyond_aggregation_limit")
                 break
@@ -273,7 +369,7 @@ class BatmanV:
         neigh = mesh.originators.neigh_get_or_create(orig_node, if_incoming, eth_src, orig_node, now)
         if neigh is None:
             return
-        path = min(hardif_neigh.throughput, ogm.throughput)
+        path = min(hardif_neigh_v(hardif_neigh).throughput, ogm.throughput)
         self._per_outif(now, if_incoming, eth_src, ogm, path, orig_node, neigh, None)
         for out in mesh.active_ifaces():
             if out.no_broadcast(ogm.orig, hardif_neigh.orig):
@@ -309,8 +405,9 @@ class BatmanV:
         info.last_real_seqno = ogm.seqno
         info.last_ttl = ogm.ttl
         ninfo = neigh.ifinfo_new(outif)
-        ninfo.throughput = forward_penalty(path, if_incoming, outif, self.mesh.config.hop_penalty)
-        ninfo.last_seqno = ogm.seqno
+        v = neigh_v(ninfo)
+        v.throughput = forward_penalty(path, if_incoming, outif, self.mesh.config.hop_penalty)
+        v.last_seqno = ogm.seqno
         ninfo.last_ttl = ogm.ttl
         return 1 if diff > 0 or started else 0
 
@@ -328,10 +425,10 @@ class BatmanV:
             return True
         if router is not None:
             rinfo, ninfo = router.ifinfo_get(outif), neigh.ifinfo_get(outif)
-            if rinfo is None or ninfo is None:
+            if rinfo is None or ninfo is None or rinfo.algo is None or ninfo.algo is None:
                 return True
-            if seq_diff32(ninfo.last_seqno, rinfo.last_seqno) < OGM_MAX_ORIGDIFF and \
-                    rinfo.throughput >= ninfo.throughput:
+            if seq_diff32(ninfo.algo.last_seqno, rinfo.algo.last_seqno) < OGM_MAX_ORIGDIFF and \
+                    rinfo.algo.throughput >= ninfo.algo.throughput:
                 return True
         mesh.update_route(orig_node, outif, neigh, now)
         return True
@@ -347,7 +444,7 @@ class BatmanV:
         if ogm.ttl <= 1:
             return
         ninfo = neigh.ifinfo_get(outif)
-        if ninfo is None:
+        if ninfo is None or ninfo.algo is None:
             return
-        forwarded = dataclasses.replace(ogm, ttl=ogm.ttl - 1, throughput=ninfo.throughput)
+        forwarded = dataclasses.replace(ogm, ttl=ogm.ttl - 1, throughput=ninfo.algo.throughput)
         self._queue(now, outif, forwarded.encode())

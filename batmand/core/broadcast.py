@@ -3,8 +3,8 @@ the duplicate window per originator, and the rebroadcast rules per interface."""
 
 from __future__ import annotations
 
-from batmand.wire import BROADCAST, Bcast, InnerFrame, WireError, build_frame
-from batmand.wire.constants import TTL
+from batmand.wire import BROADCAST, Bcast, InnerFrame, build_frame
+from batmand.wire.constants import TTL, PacketType
 
 from .bitarray import bit_get_packet, seq_diff32, bit_is_set, window_protected
 
@@ -16,6 +16,7 @@ BCAST_RESEND_DELAY = 0.005
 class Broadcast:
     def __init__(self, mesh) -> None:
         self.mesh = mesh
+        mesh.register_receiver(PacketType.BCAST, self.receive)
         self.seqno = 1  # the first broadcast we send carries seqno 2, as the kernel's
         self.pending: list[tuple[float, str, bytes]] = []  # Wi-Fi repeats: (when, iface, frame)
 

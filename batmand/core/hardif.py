@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from batmand.wire import Mac
 
+from .config import HardifConfig
 from .eviction import EvictionOrder
 
 
@@ -16,20 +17,7 @@ class HardifNeigh:
     addr: Mac
     orig: Mac  # originator this neighbour was first learnt for
     last_seen: float
-    # B.A.T.M.A.N. V: ELP state and the link throughput estimate (an EWMA, 100 kbit/s units)
-    elp_latest_seqno: int = 0
-    elp_interval: int = 0
-    throughput_internal: int = 0  # linux/average.h EWMA, 10 fractional bits
-    last_unicast_tx: float = float("-inf")
-
-    def throughput_add(self, value: int) -> None:
-        """ewma_throughput_add: weight 1/8, 10 fractional bits (DECLARE_EWMA(throughput, 10, 8))."""
-        internal = self.throughput_internal
-        self.throughput_internal = ((internal << 3) - internal + (value << 10)) >> 3 if internal else value << 10
-
-    @property
-    def throughput(self) -> int:
-        return self.throughput_internal >> 10
+    algo: object = None  # the routing algorithm's own state (V: ELP and the link estimate)
 
 
 @dataclass
@@ -38,6 +26,16 @@ class WifiStation:
 
     expected_throughput_kbps: int | None = None
     tx_bitrate_100kbps: int | None = None
+
+
+@dataclass
+class LinkFacts:
+    """What the daemon measures about a hard interface's link, for an algorithm that
+    estimates link throughput (ethtool's speed and duplex, nl80211's stations)."""
+
+    speed_mbit: int | None = None  # None when the driver does not say
+    full_duplex: bool = False
+    stations: dict = field(default_factory=dict)  # Wi-Fi: neighbour MAC -> WifiStation
 
 
 @dataclass(eq=False)
@@ -49,20 +47,12 @@ class HardInterface:
     mac: Mac
     mtu: int = 1500
     wifi: bool = False
-    hop_penalty: int = 0  # per-interface penalty (batctl hardif IFACE hp), kernel default 0
     active: bool = True
-    # B.A.T.M.A.N. IV: next own OGM seqno (always "last scheduled + 1"); None: random at enable
-    ogm_seqno: int | None = None
+    settings: HardifConfig = field(default_factory=HardifConfig)  # batctl hardif IFACE et|to|hp
+    link: LinkFacts = field(default_factory=LinkFacts)
     neighbours: dict[Mac, HardifNeigh] = field(default_factory=dict)
     eviction: EvictionOrder = field(default_factory=EvictionOrder)  # which neighbour makes room first
-    # B.A.T.M.A.N. V
-    elp_interval_ms: int = 500  # batctl hardif IFACE et
-    elp_seqno: int | None = None  # None: random at enable
-    throughput_override: int = 0  # 100 kbit/s units, 0 = estimate (batctl hardif IFACE to)
-    link_speed_mbit: int | None = None  # from ethtool, None when the driver does not say
-    full_duplex: bool = False
-    stations: dict = field(default_factory=dict)  # Wi-Fi: neighbour MAC -> WifiStation
-    default_throughput_warned: bool = False
+    algo: object = None  # the routing algorithm's own state (IV: the OGM seqno; V: ELP)
 
     def __repr__(self) -> str:
         return f"<HardInterface {self.name} {self.mac}>"

@@ -10,31 +10,32 @@ from __future__ import annotations
 
 import random
 
-from batmand.wire import (Bcast, Elp, IcmpPacket, IcmpRRPacket, IcmpTpPacket, InnerFrame, IvOgm, Mac, Ogm2, RoamTvlv,
-                          TtTvlv, Unicast, Unicast4Addr, UnicastFrag, UnicastTvlv, UnknownUnicast, WireError,
-                          build_frame, decode_frame, DatTvlv, GatewayTvlv, McastTvlv)
-from batmand.wire.constants import ETH_P_BATMAN, PACKET_TYPE_NAMES, TTL, VLAN_HAS_TAG
+from batmand.wire import InnerFrame, Mac, UnicastTvlv, WireError, decode_frame
+from batmand.wire.constants import ETH_P_BATMAN, PACKET_TYPE_NAMES, TTL, UNICAST_MAX, UNICAST_MIN, VLAN_HAS_TAG
 
-from .bat_iv import BatmanIV
-from .bat_v import BatmanV
+from . import bat_iv, bat_v  # noqa: F401 - the algorithms register themselves
+from .algorithm import ALGORITHMS, RoutingAlgorithm
 from .broadcast import Broadcast
-from .config import MeshConfig
+from .config import HardifConfig, MeshConfig
 from .counters import Counters
 from .events import ClientRoute, Deliver, ForwardingUpdate, OrigRoute, Transmit
+from . import fragmentation
 from .fragmentation import Reassembly
 from .hardif import HardInterface
+from .hooks import HostHooks
 from .icmp import Icmp
 from .originator import OriginatorTable, OrigNode
 from .routing import Routing, inner_vid
 from .translation_table import TranslationTable
+from .tvlv import TvlvRegistry
 
-ALGORITHMS = {"BATMAN_IV": BatmanIV, "BATMAN_V": BatmanV}
 # Receivers ignore an OGM longer than 512 bytes (BATADV_MAX_AGGREGATION_BYTES, kernels before
 # batman-adv 2025.1): what our OGM's TVLVs may take, after IV's header (OGMv2's is shorter)
 OGM_TVLV_ROOM = 512 - 24
-FRAG_MAX_FRAG_SIZE = 1280
-FRAG_HEADER = 20
-FRAG_MAX_FRAGMENTS = 16
+
+
+def _msecs(now: float, then: float) -> int:
+    return max(0, int(round((now - then) * 1000)))
 
 
 class Mesh:
@@ -52,7 +53,11 @@ class Mesh:
         if self.config.routing_algo not in ALGORITHMS:
             raise ValueError(f"routing algorithm {self.config.routing_algo} is not available "
                              f"(choose {', '.join(ALGORITHMS)})")
-        self.algo = ALGORITHMS[self.config.routing_algo](self)
+        self.algo: RoutingAlgorithm = ALGORITHMS[self.config.routing_algo](self)
+        self.tvlv = TvlvRegistry()
+        self.hooks = HostHooks()
+        self.receivers: dict[int, object] = {}  # packet type -> handler(now, iface, frame, raw)
+        self._register_receivers()
         self.tt = TranslationTable(self)
         self.broadcast = Broadcast(self)
         self.routing = Routing(self)
@@ -70,13 +75,13 @@ class Mesh:
 
     # --- hard interfaces ----------------------------------------------------------------------
 
-    def add_interface(self, now: float, name: str, mac: Mac, mtu: int = 1500, wifi: bool = False, *,
-                      ogm_seqno: int | None = None, elp_seqno: int | None = None) -> list:
-        """Attach a hard interface; its own seqnos start random unless given (a restarted
-        node continues where it stopped, so peers accept it at once)."""
+    def add_interface(self, now: float, name: str, mac: Mac, mtu: int = 1500, wifi: bool = False,
+                      settings: HardifConfig | None = None) -> list:
+        """Attach a hard interface; its own seqnos start random, or where restore_seqnos()
+        said this MAC stopped (so that its peers accept it at once)."""
         if self.iface(name) is not None:
             raise ValueError(f"{name} is already part of the mesh")
-        iface = HardInterface(name=name, mac=Mac(mac), mtu=mtu, wifi=wifi, ogm_seqno=ogm_seqno, elp_seqno=elp_seqno)
+        iface = HardInterface(name=name, mac=Mac(mac), mtu=mtu, wifi=wifi, settings=settings or HardifConfig())
         self.ifaces.append(iface)
         if self.primary is None:
             self.primary = iface
@@ -130,6 +135,102 @@ class Mesh:
                 neigh.ifinfo.pop(iface, None)
             self._reselect_routes(orig_node)
 
+    def set_hardif(self, name: str, settings: HardifConfig) -> None:
+        """An interface's settings (batctl hardif IFACE et|to|hp): used from the next OGM,
+        ELP or link estimate on, as in the kernel."""
+        self._iface_or_error(name).settings = settings
+
+    def set_link_facts(self, name: str, *, speed_mbit: int | None = None, full_duplex: bool = False,
+                       stations: dict | None = None) -> None:
+        """What the daemon measured about a link (for algorithms that estimate links):
+        ethtool's speed and duplex, and (None: unchanged) nl80211's stations."""
+        link = self._iface_or_error(name).link
+        link.speed_mbit, link.full_duplex = speed_mbit, full_duplex
+        if stations is not None:
+            link.stations = stations
+
+    def set_mtu(self, name: str, mtu: int) -> None:
+        """The interface's MTU changed: fragment to the new size from now on."""
+        self._iface_or_error(name).mtu = mtu
+
+    def status(self) -> dict:
+        """What the daemon reports to systemd: interfaces up, originators routed, clients."""
+        routed = sum(1 for o in self.originators.nodes.values() if o.router() is not None)
+        return {"algo": self.algo.name, "interfaces": len(self.active_ifaces()), "originators": routed,
+                "global_clients": len(self.tt.global_)}
+
+    def local_clients_seen(self, seen: dict) -> None:
+        """Local clients the data plane saw sending ({(mac, vid): when}), keeping them alive."""
+        self.tt.refresh_local(seen)
+
+    def set_stations(self, name: str, stations: dict) -> None:
+        self._iface_or_error(name).link.stations = stations
+
+    def _iface_or_error(self, name: str) -> HardInterface:
+        iface = self.iface(name)
+        if iface is None:
+            raise ValueError(f"{name} is not part of the mesh")
+        return iface
+
+    # --- sequence numbers across restarts ---------------------------------------------------------
+
+    def seqno_state(self) -> dict:
+        """What a restarted node needs to continue its sequences (kept by the daemon): the
+        algorithm's own, the broadcast and the fragment seqno."""
+        return {**self.algo.seqno_state(), "bcast_seqno": self.broadcast.seqno, "frag_seqno": self.frag_seqno}
+
+    def restore_seqnos(self, state: dict, ahead: int) -> None:
+        """Continue from a saved seqno_state(), `ahead` seqnos further (what may have been
+        sent after it was saved). Per-interface seqnos wait for their interface's MAC."""
+        self.algo.restore_seqnos(state, ahead)
+        if isinstance(state.get("bcast_seqno"), int):
+            self.broadcast.seqno = (state["bcast_seqno"] + ahead + 1000) & 0xFFFFFFFF
+        if isinstance(state.get("frag_seqno"), int):
+            self.frag_seqno = (state["frag_seqno"] + 100) & 0xFFFF
+
+    # --- what batmanctl shows --------------------------------------------------------------------
+
+    def translate(self, target: Mac) -> Mac | None:
+        """batctl translate: the originator a MAC belongs to (an originator itself, the one
+        announcing that client, or us), or None."""
+        if self.is_my_mac(target) or self.originators.get(target) is not None:
+            return Mac(target)
+        best = self.tt.owner(target)
+        if best is not None:
+            return best
+        if self.tt.is_my_client(target, 0) and self.primary is not None:
+            return self.primary.mac
+        return None
+
+    def originator_rows(self, now: float) -> list[dict]:
+        """batctl o: one row per originator and neighbour (batctl's JSON keys)."""
+        rows = []
+        for orig_node in self.originators.nodes.values():
+            best = orig_node.router()
+            for neigh in orig_node.neighbours.values():
+                if neigh.ifinfo_get(None) is None:
+                    continue
+                rows.append({"orig_address": str(orig_node.orig), "neigh_address": str(neigh.addr),
+                             "hard_ifname": neigh.if_incoming.name, "last_seen_msecs": _msecs(now, orig_node.last_seen),
+                             self.algo.metric_key: self.algo.originator_metric(neigh), "best": neigh is best})
+        return rows
+
+    def neighbour_rows(self, now: float) -> list[dict]:
+        """batctl n: the neighbours heard on each hard interface."""
+        rows = []
+        for iface in self.ifaces:
+            for n in iface.neighbours.values():
+                row = {"neigh_address": str(n.addr), "hard_ifname": iface.name,
+                       "last_seen_msecs": _msecs(now, n.last_seen)}
+                metric = self.algo.neighbour_metric(n)
+                if metric is not None:
+                    row[self.algo.metric_key] = metric
+                rows.append(row)
+        return rows
+
+    def interface_rows(self) -> list[dict]:
+        return [{"hard_ifname": i.name, "active": i.active, "mac": str(i.mac), "mtu": i.mtu} for i in self.ifaces]
+
     def iface(self, name: str) -> HardInterface | None:
         return next((i for i in self.ifaces if i.name == name), None)
 
@@ -144,7 +245,7 @@ class Mesh:
         """Largest batman packet we may send (fragmentation lets it exceed the MTU)."""
         mtus = [i.mtu for i in self.active_ifaces()] or [1500]
         if self.config.fragmentation:
-            return (min(min(mtus), FRAG_MAX_FRAG_SIZE) - FRAG_HEADER) * FRAG_MAX_FRAGMENTS
+            return (min(min(mtus), fragmentation.MAX_FRAG_SIZE) - fragmentation.HEADER) * fragmentation.MAX_FRAGMENTS
         return min(mtus)
 
     # --- actions --------------------------------------------------------------------------------
@@ -161,11 +262,13 @@ class Mesh:
         if inner.h_proto == ETH_P_BATMAN:  # InnerFrame.h_proto is the ethertype behind one 802.1Q tag
             self.counters.drop("batman_in_batman")
             return
+        if self.hooks.host_rx(now, inner, orig_node):
+            return  # a feature took it (e.g. bridge loop avoidance)
+        if orig_node is not None and not inner.h_source.is_multicast:
+            self.tt.add_temporary(now, orig_node, inner.h_source, inner_vid(inner))
         frame = inner.encode()
         self.counters.add("rx", len(frame))
         self._actions.append(Deliver(frame))
-        if orig_node is not None and not inner.h_source.is_multicast:
-            self.tt.add_temporary(now, orig_node, inner.h_source, inner_vid(inner))
 
     def emit(self, action) -> None:
         self._actions.append(action)
@@ -195,31 +298,40 @@ class Mesh:
             return
         packet = frame.packet
         self.counters["rx_" + PACKET_TYPE_NAMES.get(packet.packet_type, "unknown_unicast")] += len(frame.packets)
-        if isinstance(packet, (IvOgm, Ogm2, Elp)):
-            # each algorithm only takes its own announcements (IV and V do not mix)
-            ours = isinstance(packet, IvOgm) == isinstance(self.algo, BatmanIV)
-            if not ours:
-                self.counters.drop("other_routing_algorithm")
-            elif self._check_management(frame, iface):
-                self.counters.add("mgmt_rx", len(data))
-                if isinstance(packet, Elp):
-                    self.algo.receive_elp(now, iface, frame)
-                else:
-                    self.algo.receive(now, iface, frame, data)
-        elif isinstance(packet, Bcast):
-            self.broadcast.receive(now, iface, frame, data)
-        elif isinstance(packet, (Unicast, Unicast4Addr)):
-            self.routing.receive_unicast(now, iface, frame, data)
-        elif isinstance(packet, (IcmpPacket, IcmpRRPacket, IcmpTpPacket)):
-            self.routing.receive_icmp(now, iface, frame)
-        elif isinstance(packet, UnicastTvlv):
-            self.routing.receive_unicast_tvlv(now, iface, frame)
-        elif isinstance(packet, UnicastFrag):
-            self.routing.receive_fragment(now, iface, frame, data)
-        elif isinstance(packet, UnknownUnicast):
-            self.routing.receive_unknown_unicast(now, iface, frame)
-        else:
+        handler = self.receivers.get(packet.packet_type)
+        if handler is None:
             self.counters.drop("unhandled_packet_type")
+            return
+        handler(now, iface, frame, data)
+
+    def _register_receivers(self) -> None:
+        """batadv_recv_handler_init: one handler per packet type. Unicast-class types we do
+        not know are still routed on; the announcements of the routing algorithms that do
+        not run here are dropped (IV and V do not mix)."""
+        for ptype in range(UNICAST_MIN, UNICAST_MAX + 1):
+            self.receivers[ptype] = self._receive_unknown_unicast
+        for algo in ALGORITHMS.values():
+            for ptype in algo.receives:
+                self.receivers[ptype] = self._other_algorithm
+        for ptype, receive in self.algo.receivers().items():
+            self.receivers[ptype] = self._announcement(receive)
+
+    def register_receiver(self, ptype: int, handler) -> None:
+        """A feature's handler for a packet type: handler(now, iface, frame, raw)."""
+        self.receivers[ptype] = handler
+
+    def _announcement(self, receive):
+        def handle(now: float, iface: HardInterface, frame, data: bytes) -> None:
+            if self._check_management(frame, iface):
+                self.counters.add("mgmt_rx", len(data))
+                receive(now, iface, frame, data)
+        return handle
+
+    def _other_algorithm(self, now: float, iface: HardInterface, frame, data: bytes) -> None:
+        self.counters.drop("other_routing_algorithm")
+
+    def _receive_unknown_unicast(self, now: float, iface: HardInterface, frame, data: bytes) -> None:
+        self.routing.receive_unknown_unicast(now, iface, frame)
 
     def soft_iface_frame(self, now: float, data: bytes) -> list:
         """A frame the host sent into the soft interface (the inline data path)."""
@@ -255,7 +367,7 @@ class Mesh:
 
     def ogm_tvlv_room(self) -> int:
         """Bytes the TVLVs of our OGM may take; TT gets what the other containers leave."""
-        return OGM_TVLV_ROOM
+        return OGM_TVLV_ROOM - self.tvlv.fixed_bytes
 
     def set_vlans(self, now: float, vids: set[int]) -> list:
         """The 802.1Q VLANs of the soft interface (VLAN devices on bat0, configured ones);
@@ -273,27 +385,14 @@ class Mesh:
         return {vid & 0x0FFF for vid in self.tt.registered if vid}
 
     def ogm_tvlvs(self, now: float) -> list:
-        """The TVLVs of our own (primary) OGM. No DAT or MCAST container until those
-        features exist: their absence tells kernel nodes exactly that (CIFNOTFND)."""
-        return [self.tt.commit(now)]
+        """The containers of our own (primary) OGM, from the features that contribute one
+        (TT today). No DAT or MCAST container until those features exist: their absence
+        tells kernel nodes exactly that (CIFNOTFND)."""
+        return self.tvlv.ogm_containers(now, OGM_TVLV_ROOM)
 
     def ogm_tvlvs_received(self, now: float, orig_node: OrigNode, tvlvs: list) -> None:
-        """batadv_tvlv_ogm_receive, including the 'handler runs when absent' containers."""
-        gw = dat = mcast = None
-        for tvlv in tvlvs:
-            if isinstance(tvlv, TtTvlv):
-                self.tt.ogm_received(now, orig_node, tvlv)
-                self._dirty_origs.add(orig_node.orig)
-            elif isinstance(tvlv, GatewayTvlv):
-                gw = tvlv
-            elif isinstance(tvlv, DatTvlv):
-                dat = tvlv
-            elif isinstance(tvlv, McastTvlv):
-                mcast = tvlv
-        orig_node.gw_bandwidth = (gw.bandwidth_down, gw.bandwidth_up) if gw and gw.bandwidth_down and \
-            gw.bandwidth_up else None
-        orig_node.dat_capable = dat is not None
-        orig_node.mcast_flags = mcast.flags if mcast else None
+        """batadv_tvlv_ogm_receive: each container to the feature that handles it."""
+        self.tvlv.ogm_received(now, orig_node, tvlvs)
 
     def send_unicast_tvlv(self, now: float, src: Mac, dst: Mac, tvlvs: list) -> bool:
         orig_node = self.originators.get(dst)
@@ -301,6 +400,11 @@ class Mesh:
             return False
         packet = UnicastTvlv(dst=dst, src=src, tvlvs=tvlvs)
         return self.routing.send_to_orig(now, packet.encode(), orig_node, None)
+
+    def route_changed(self, orig_node: OrigNode) -> None:
+        """Something the forwarding table publishes about this originator changed (its
+        router, or its TT version): publish it with the next actions."""
+        self._dirty_origs.add(orig_node.orig)
 
     def update_route(self, orig_node: OrigNode, outif, neigh, now: float | None = None) -> None:
         """batadv_update_route: a route lost makes us forget what the originator announced;

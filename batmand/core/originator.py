@@ -1,5 +1,6 @@
-"""Originators and their neighbours (the kernel's originator.c / types.h), algorithm-neutral
-where it can be: the B.A.T.M.A.N. IV specific state lives in small per-interface records.
+"""Originators and their neighbours (the kernel's originator.c / types.h), algorithm-neutral:
+each record has an `algo` slot for the routing algorithm's own state (the kernel's bat_iv /
+bat_v sub-structs), which only the algorithm reads.
 
 Per-outgoing-interface tables: key None is the default table (locally generated traffic);
 a HardInterface key holds the routers for traffic that arrived on that interface."""
@@ -14,29 +15,12 @@ from batmand.wire import Mac
 from .eviction import EvictionOrder
 from .hardif import HardifNeigh, HardInterface
 
-TQ_GLOBAL_WINDOW_SIZE = 5
-
-
 @dataclass(eq=False)
 class NeighIfInfo:
-    """Per (neighbour, outgoing interface): IV receive window and TQ ring buffer."""
+    """Per (neighbour, outgoing interface) (batadv_neigh_ifinfo)."""
 
-    real_bits: int = 0
-    real_packet_count: int = 0
-    tq_recv: list[int] = field(default_factory=lambda: [0] * TQ_GLOBAL_WINDOW_SIZE)
-    tq_index: int = 0
-    tq_avg: int = 0
     last_ttl: int = 0
-    # B.A.T.M.A.N. V: path throughput through this neighbour (100 kbit/s) and its last seqno
-    throughput: int = 0
-    last_seqno: int = 0
-
-    def push_tq(self, value: int) -> None:
-        """batadv_ring_buffer_set + batadv_ring_buffer_avg (zeros are not averaged)."""
-        self.tq_recv[self.tq_index] = value
-        self.tq_index = (self.tq_index + 1) % TQ_GLOBAL_WINDOW_SIZE
-        nonzero = [v for v in self.tq_recv if v]
-        self.tq_avg = sum(nonzero) // len(nonzero) if nonzero else 0
+    algo: object = None  # the routing algorithm's own (IV: receive window and TQ ring; V: throughput)
 
 
 @dataclass(eq=False)
@@ -61,17 +45,15 @@ class NeighNode:
 
 @dataclass(eq=False)
 class OrigIfInfo:
-    """Per (originator, outgoing interface): selected router, seqno state, IV echo bits."""
+    """Per (originator, outgoing interface) (batadv_orig_ifinfo): the selected router and the
+    seqno state."""
 
     router: NeighNode | None = None
     last_real_seqno: int = 0
     last_ttl: int = 0
     seqno_reset: float = float("-inf")
-    # IV: which of our last 64 OGMs on this interface the originator echoed back
-    bcast_own: int = 0
-    bcast_own_sum: int = 0
-    # V: the last OGMv2 seqno forwarded for this outgoing interface
     last_seqno_forwarded: int | None = None
+    algo: object = None  # the routing algorithm's own (IV: which of our OGMs it echoed)
 
 
 @dataclass(eq=False)
@@ -89,10 +71,6 @@ class OrigNode:
     last_bcast_seqno: int = 0
     bcast_bits: int = 0
     bcast_seqno_reset: float = float("-inf")
-    # capabilities from OGM TVLVs
-    dat_capable: bool = False
-    mcast_flags: int | None = None
-    gw_bandwidth: tuple[int, int] | None = None
 
     def ifinfo_get(self, outif) -> OrigIfInfo | None:
         return self.ifinfo.get(outif)

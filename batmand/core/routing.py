@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from batmand.wire import InnerFrame, Mac, RoamTvlv, TtTvlv, Unicast, Unicast4AddrSubtype, UnicastTvlv, WireError
-from batmand.wire.constants import ETH_P_BATMAN, VLAN_HAS_TAG, TtClientFlags as F
+from batmand.wire import InnerFrame, Mac, Unicast, Unicast4AddrSubtype, UnicastTvlv, WireError
+from batmand.wire.constants import ETH_P_BATMAN, VLAN_HAS_TAG, PacketType, TtClientFlags as F
 from batmand.wire.ethernet import Ethernet
 
 from .fragmentation import fragment, priority_of
@@ -25,6 +25,11 @@ def inner_vid(inner: InnerFrame) -> int:
 class Routing:
     def __init__(self, mesh) -> None:
         self.mesh = mesh
+        mesh.register_receiver(PacketType.UNICAST, self.receive_unicast)
+        mesh.register_receiver(PacketType.UNICAST_4ADDR, self.receive_unicast)
+        mesh.register_receiver(PacketType.ICMP, self.receive_icmp)
+        mesh.register_receiver(PacketType.UNICAST_TVLV, self.receive_unicast_tvlv)
+        mesh.register_receiver(PacketType.UNICAST_FRAG, self.receive_fragment)
 
     # --- sending ---------------------------------------------------------------------------------
 
@@ -76,6 +81,8 @@ class Routing:
         if mesh.primary is None:
             mesh.counters["tx_dropped"] += 1
             return
+        if mesh.hooks.host_tx(now, inner, vid):
+            return  # a feature took it (answered it, or sends it its own way)
         if inner.h_dest.is_multicast:
             mesh.broadcast.send_own(now, data)
             mesh.counters.add("tx", len(data))
@@ -222,23 +229,17 @@ class Routing:
             return
         self._route(now, iface, packet)
 
-    def receive_unicast_tvlv(self, now: float, iface, frame) -> None:
+    def receive_unicast_tvlv(self, now: float, iface, frame, data: bytes) -> None:
         """batadv_recv_unicast_tvlv: every node on the path sees the TVLVs (and may answer
         a TT request on the destination's behalf); unhandled ones are routed on."""
         mesh = self.mesh
         if not self._check_unicast(frame):
             return
         packet = dataclasses.replace(frame.packet)
-        handled = True
-        for tvlv in packet.tvlvs:
-            if isinstance(tvlv, TtTvlv):
-                handled &= mesh.tt.unicast_tvlv_received(now, packet.src, packet.dst, tvlv)
-            elif isinstance(tvlv, RoamTvlv):
-                handled &= mesh.tt.roam_received(now, packet.src, packet.dst, tvlv)
-        if not handled:
+        if not mesh.tvlv.unicast_received(now, packet.src, packet.dst, packet.tvlvs):
             self._route(now, iface, packet, count=False)
 
-    def receive_icmp(self, now: float, iface, frame) -> None:
+    def receive_icmp(self, now: float, iface, frame, data: bytes) -> None:
         mesh = self.mesh
         eth = frame.ethernet
         if eth.h_dest.is_multicast or eth.h_source.is_multicast or not mesh.is_my_mac(eth.h_dest):

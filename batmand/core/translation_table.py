@@ -12,7 +12,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from batmand.wire import Mac, RoamTvlv, TtChange, TtTvlv, TtVlan
-from batmand.wire.constants import TT_SYNC_MASK, TtClientFlags as F, TtDataFlags
+from batmand.wire.constants import TT_SYNC_MASK, VLAN_HAS_TAG, TtClientFlags as F, TtDataFlags, TvlvType
 from batmand.wire.tt_crc import tt_entry_crc
 
 from .bitarray import seq_before8
@@ -89,6 +89,10 @@ class OrigVlan:
 class TranslationTable:
     def __init__(self, mesh) -> None:
         self.mesh = mesh
+        mesh.tvlv.handle_ogm(TvlvType.TT, TtTvlv.VERSION, self._ogm_container)
+        mesh.tvlv.handle_unicast(TvlvType.TT, TtTvlv.VERSION, self.unicast_tvlv_received)
+        mesh.tvlv.handle_unicast(TvlvType.ROAM, RoamTvlv.VERSION, self.roam_received)
+        mesh.tvlv.contribute(self.commit, flexible=True)  # it can leave its diff out
         self.ttvn = 0
         self.local: dict[tuple[Mac, int], LocalEntry] = {}
         self.vlans: list[int] = []  # local VLANs announced, newest first (the kernel's list order)
@@ -265,8 +269,12 @@ class TranslationTable:
         present = {e.vid for e in self.local.values()}
         return [TtVlan(crc=self.local_crcs.get(vid, 0), vid=vid) for vid in self.vlans if vid in present]
 
-    def commit(self, now: float) -> TtTvlv:
-        """batadv_tt_local_commit_changes, right before each own (primary) OGM is built."""
+    def commit(self, now: float, room: int | None = None) -> TtTvlv:
+        """batadv_tt_local_commit_changes, right before each own (primary) OGM is built;
+        `room`: the bytes our OGM has left for this container (by default all the room
+        the other containers leave)."""
+        if room is None:
+            room = self.mesh.ogm_tvlv_room()
         if not self.changes:
             if self.tvlv is not None and self.ogm_append_cnt > 0:
                 self.ogm_append_cnt -= 1  # keep repeating the last diff
@@ -286,7 +294,7 @@ class TranslationTable:
         # Too many for an OGM: receivers will ask for the full table. The kernel's limit is
         # the MTU; ours is also what the OGM has room for, as receivers ignore OGMs past 512
         # bytes (kernels before batman-adv 2025.1)
-        room = self.mesh.ogm_tvlv_room() - TT_TVLV_FIXED - TT_VLAN_LEN * len(self._local_vlan_data())
+        room -= TT_TVLV_FIXED + TT_VLAN_LEN * len(self._local_vlan_data())
         if _tt_len(len(changes)) > min(self.mesh.config.mtu, room):
             changes = []
         self.last_changeset = changes or None
@@ -558,6 +566,10 @@ class TranslationTable:
         orig_node.tt_buff = list(changes)
         orig_node.last_ttvn = ttvn
 
+    def _ogm_container(self, now: float, orig_node, tt: TtTvlv) -> None:
+        self.ogm_received(now, orig_node, tt)
+        self.mesh.route_changed(orig_node)  # its TT version is part of the forwarding table
+
     def ogm_received(self, now: float, orig_node, tt: TtTvlv) -> None:
         """batadv_tt_update_orig: a TT container in an OGM of `orig_node`."""
         ttvn = tt.ttvn
@@ -730,6 +742,43 @@ class TranslationTable:
                 best, best_metric = orig, metric
         return best
 
+    def owner(self, addr: Mac) -> Mac | None:
+        """batctl translate: the best originator announcing this client, untagged first."""
+        vids = sorted(vid for mac, vid in self.global_ if mac == addr)
+        for vid in vids:
+            best = self.best_orig(addr, vid)
+            if best is not None:
+                return best
+        return None
+
     @staticmethod
     def seq_before(x: int, y: int) -> bool:
         return seq_before8(x, y)
+
+    # --- what batmanctl shows (batctl's JSON keys; VIDs as batctl prints them) --------------
+
+    def local_rows(self, now: float) -> list[dict]:
+        """batctl tl."""
+        return [{"tt_address": str(e.addr), "tt_vid": _shown_vid(e.vid), "tt_flags": int(e.flags),
+                 "last_seen_msecs": 0 if e.flags & F.NOPURGE else max(0, round((now - e.last_seen) * 1000)),
+                 "tt_crc32": self.local_crcs.get(e.vid, 0)} for e in self.local.values()]
+
+    def global_rows(self) -> list[dict]:
+        """batctl tg: one row per client and announcing originator. As in the kernel's
+        netlink dump, TT_TTVN is the entry's and TT_LAST_TTVN the originator's current one."""
+        rows = []
+        for (addr, vid), entry in self.global_.items():
+            best = self.best_orig(addr, vid)
+            for orig, orig_entry in entry.origs.items():
+                orig_node = self.mesh.originators.get(orig)
+                flags = (entry.flags & ~0xFF) | (entry.flags & (F.ROAM | F.TEMP)) | orig_entry.flags
+                rows.append({"tt_address": str(addr), "tt_vid": _shown_vid(vid), "tt_flags": int(flags),
+                             "tt_ttvn": orig_entry.ttvn, "orig_address": str(orig),
+                             "tt_last_ttvn": orig_node.last_ttvn if orig_node else 0,
+                             "tt_crc32": orig_node.tt_crcs.get(vid, 0) if orig_node else 0, "best": orig == best})
+        return rows
+
+
+def _shown_vid(vid: int) -> int:
+    """-1 untagged, else the 12-bit VLAN id (batctl's TT_VID)."""
+    return vid & 0x0FFF if vid & VLAN_HAS_TAG else -1

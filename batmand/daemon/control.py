@@ -257,11 +257,7 @@ class ControlServer:
 
     async def cmd_hardif_get(self, args, writer):
         iface, setting = self._hardif(args)
-        if setting == "elp_interval":
-            return iface.elp_interval_ms
-        if setting == "throughput_override":
-            return iface.throughput_override * 100  # kbit/s
-        return iface.hop_penalty
+        return getattr(iface.settings, setting)  # throughput_override in kbit/s, as batctl shows it
 
     async def cmd_hardif_set(self, args, writer):
         iface, setting = self._hardif(args)
@@ -271,12 +267,7 @@ class ControlServer:
                 check_rules(self.service.mesh.config, {setting: value})
         except SettingError as exc:
             raise CommandError(str(exc)) from None
-        if setting == "elp_interval":
-            iface.elp_interval_ms = value
-        elif setting == "throughput_override":
-            iface.throughput_override = value // 100
-        else:
-            iface.hop_penalty = value
+        self.service.mesh.set_hardif(iface.name, dataclasses.replace(iface.settings, **{setting: value}))
         log.info("%s: %s set to %s", iface.name, setting, value)
         return await self.cmd_hardif_get(args, writer)
 
@@ -306,7 +297,7 @@ class ControlServer:
         if setting.scope != "mesh":
             raise CommandError(f"{setting.name}: add and remove interfaces with if_add / if_del")
         running = self.service.options.mesh  # the mesh's own config
-        elps = {f"{i.name} elp_interval": i.elp_interval_ms for i in self.service.mesh.ifaces}
+        elps = {f"{i.name} elp_interval": i.settings.elp_interval for i in self.service.mesh.ifaces}
         try:
             value = setting.parse(args.get("value"))
             check_rules(dataclasses.replace(running, **{setting.name: value}),
@@ -339,16 +330,10 @@ class ControlServer:
 
     async def cmd_translate(self, args, writer):
         target = _mac(args.get("target"))
-        mesh = self.service.mesh
-        if mesh.is_my_mac(target) or mesh.originators.get(target) is not None:
-            return {"orig_address": str(target)}
-        for vid in [0] + sorted({k[1] for k in mesh.tt.global_ if k[0] == target}):
-            best = mesh.tt.best_orig(target, vid)
-            if best is not None:
-                return {"orig_address": str(best)}
-        if mesh.tt.is_my_client(target, 0) and mesh.primary is not None:
-            return {"orig_address": str(mesh.primary.mac)}
-        raise CommandError(f"no originator known for {target}")
+        orig = self.service.mesh.translate(target)
+        if orig is None:
+            raise CommandError(f"no originator known for {target}")
+        return {"orig_address": str(orig)}
 
     async def _run_session(self, session, writer, send_probe, event_of) -> None:
         """Send the session's probes when due and stream every outcome as an event."""

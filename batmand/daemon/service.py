@@ -17,7 +17,7 @@ import signal
 import socket
 import time
 
-from batmand.core.config import HARDIF_SETTINGS
+from batmand.core.config import HardifConfig
 from batmand.core.events import Deliver, ForwardingUpdate, IcmpResult, Transmit
 from batmand.core.mesh import Mesh
 from batmand.wire import Mac
@@ -68,8 +68,7 @@ class Service:
         self.ports: set[str] = set()  # hard interfaces with data-plane rings
         self._port_failed: set[str] = set()  # rings that could not be opened: retried
         self._vlans_refused: set[int] = set()  # VLANs of bat0 the OGM had no room for (logged once)
-        self._saved: state.Saved | None = None  # seqnos from the state file, applied as interfaces attach
-        self._state_loaded = False
+        self._state_loaded = False  # the seqno state file was read
 
     @staticmethod
     def now() -> float:
@@ -143,10 +142,9 @@ class Service:
             await self.shutdown()
 
     def _status(self) -> str:
-        mesh = self.mesh
-        routed = sum(1 for o in mesh.originators.nodes.values() if o.router() is not None)
-        return (f"{mesh.algo.name}, {len(mesh.active_ifaces())} interfaces, {routed} originators, "
-                f"{len(mesh.tt.global_)} global clients")
+        status = self.mesh.status()
+        return (f"{status['algo']}, {status['interfaces']} interfaces, {status['originators']} originators, "
+                f"{status['global_clients']} global clients")
 
     async def _housekeeping(self) -> None:
         """Once a second: watchdog and status, the data plane's health, rings to retry, and
@@ -188,18 +186,19 @@ class Service:
         if path:
             state.save(path, self.mesh)
 
-    def _saved_seqnos(self, mac: bytes) -> dict:
-        """The seqnos an interface about to be attached continues from. The file is read once
-        the originator is known: the primary, or this interface, which becomes it."""
-        if not self._state_loaded:
-            path = self._state_path(self.mesh.primary.mac if self.mesh.primary else Mac(mac))
-            if path:
-                self._state_loaded = True
-                self._saved = state.load(path)
-                if self._saved is not None:
-                    state.apply_mesh(self._saved, self.mesh)
-                    log.info("continuing the sequence numbers saved in %s", path)
-        return state.take_iface(self._saved, Mac(mac)) if self._saved is not None else {}
+    def _restore_seqnos(self, mac: bytes) -> None:
+        """Before the first interface is attached: the seqnos saved for the originator it
+        makes us (the core applies each interface's own when that MAC attaches)."""
+        if self._state_loaded or self.mesh.primary is not None:
+            return
+        path = self._state_path(Mac(mac))
+        if not path:
+            return
+        self._state_loaded = True
+        saved = state.load(path)
+        if saved is not None:
+            self.mesh.restore_seqnos(saved.seqnos, saved.ahead)
+            log.info("continuing the sequence numbers saved in %s", path)
 
     def reload(self) -> None:
         """SIGHUP: read the configuration again; apply what can change while running."""
@@ -231,7 +230,7 @@ class Service:
             if ifname in self.sockets:
                 self.remove_interface(ifname)
         for iface in self.mesh.ifaces:
-            self._apply_hardif_settings(iface)
+            self.mesh.set_hardif(iface.name, self._hardif_settings(iface.name))
         for ifname in sorted(self.wanted - set(self.sockets)):
             try:
                 self.add_interface(ifname)
@@ -290,12 +289,10 @@ class Service:
         self.sockets[ifname] = sock
         self.ifindex[ifname] = link.index
         self.loop.add_reader(sock.fileno(), self._on_hardif, ifname)
-        seqnos = self._saved_seqnos(link.mac)
-        self._apply(self.mesh.add_interface(self.now(), ifname, Mac(link.mac), link.mtu, **seqnos))
-        iface = self.mesh.iface(ifname)
-        iface.wifi = is_wireless(ifname)
-        self._apply_hardif_settings(iface)
-        self._refresh_speed(iface)
+        self._restore_seqnos(link.mac)
+        self._apply(self.mesh.add_interface(self.now(), ifname, Mac(link.mac), link.mtu, wifi=is_wireless(ifname),
+                                            settings=self._hardif_settings(ifname)))
+        self._refresh_speed(self.mesh.iface(ifname))
         self._ensure_port(ifname)
         self._update_datapath_ifaces()
         log.info("interface %s added (MAC %s, MTU %d)%s", ifname, Mac(link.mac), link.mtu,
@@ -377,7 +374,7 @@ class Service:
         if new.mtu != iface.mtu:  # fragment to the new size; rings sized for it
             log.info("interface %s: MTU %d -> %d", name, iface.mtu, new.mtu)
             self._warn_small_mtu(name, new.mtu)
-            iface.mtu = new.mtu
+            self.mesh.set_mtu(name, new.mtu)
             self._close_port(name)
         if new.up and not iface.active:
             log.info("Interface activated: %s", name)  # the kernel's words
@@ -407,28 +404,28 @@ class Service:
                       "longer than 512 bytes)", vid, self.softif.name)
         self._vlans_refused = refused
 
-    def _apply_hardif_settings(self, iface) -> None:
-        """The configured per-interface settings, or the kernel's defaults."""
-        settings = {name: s.default for name, s in HARDIF_SETTINGS.items()} | self.options.hardif.get(iface.name, {})
-        iface.throughput_override = settings["throughput_override"] // 100  # 100 kbit/s units
-        iface.elp_interval_ms = settings["elp_interval"]
-        iface.hop_penalty = settings["hop_penalty"]
+    def _hardif_settings(self, ifname: str) -> HardifConfig:
+        """The configured settings of an interface, the kernel's defaults for the rest."""
+        return HardifConfig(**self.options.hardif.get(ifname, {}))
 
     def _refresh_speed(self, iface) -> None:
-        """What B.A.T.M.A.N. V estimates links from when there is no override: the stations
-        of a Wi-Fi interface (asked in the background; one question at a time), else the
-        link speed (ethtool's view)."""
-        iface.link_speed_mbit, iface.full_duplex = link_speed(iface.name)
-        if iface.wifi and self.mesh.algo.name == "BATMAN_V" and iface.name not in self._station_queries:
+        """What an algorithm that estimates links needs when there is no override: the link
+        speed (ethtool's view) and, on Wi-Fi, the stations (asked in the background; one
+        question at a time)."""
+        if not self.mesh.algo.estimates_links:
+            return
+        speed, full_duplex = link_speed(iface.name)
+        self.mesh.set_link_facts(iface.name, speed_mbit=speed, full_duplex=full_duplex)
+        if iface.wifi and iface.name not in self._station_queries:
             query = query_stations(self.loop, self.ifindex.get(iface.name, 0))
             self._station_queries[iface.name] = query
             query.add_done_callback(lambda done, name=iface.name: self._stations_known(name, done))
 
     def _stations_known(self, ifname: str, query: asyncio.Future) -> None:
         self._station_queries.pop(ifname, None)
-        iface = self.mesh.iface(ifname) if self.mesh is not None else None
-        if iface is not None and not query.cancelled() and query.exception() is None:
-            iface.stations = query.result()
+        if self.mesh is not None and self.mesh.iface(ifname) is not None and not query.cancelled() \
+                and query.exception() is None:
+            self.mesh.set_stations(ifname, query.result())
 
     def remove_interface(self, ifname: str) -> None:
         if ifname not in self.sockets:
@@ -534,7 +531,7 @@ class Service:
         now = self.now()
         seen = self.dataplane.take_seen()
         if seen:
-            self.mesh.tt.refresh_local(seen)
+            self.mesh.local_clients_seen(seen)
         if now >= self._next_speed_check:  # link speeds can change (the kernel asks on every ELP)
             self._next_speed_check = now + 10.0
             for iface in self.mesh.active_ifaces():

@@ -30,18 +30,12 @@ def state_path(state_dir: str, meshif: str, originator) -> str:
     return os.path.join(state_dir, f"{meshif}.{bytes(originator).hex()}{SUFFIX}")
 
 
+META = ("saved_at", "originator", "orig_interval_ms")  # about the file; the rest is the core's
+
+
 def snapshot(mesh) -> dict:
-    algo = mesh.algo
-    return {
-        "saved_at": time.time(),
-        "originator": str(mesh.primary.mac),
-        "orig_interval_ms": mesh.config.orig_interval_ms,
-        "ogm_seqno": {str(i.mac): i.ogm_seqno for i in mesh.ifaces},
-        "elp_seqno": {str(i.mac): i.elp_seqno for i in mesh.ifaces},
-        "ogm2_seqno": getattr(algo, "ogm_seqno", None),
-        "bcast_seqno": mesh.broadcast.seqno,
-        "frag_seqno": mesh.frag_seqno,
-    }
+    return {"saved_at": time.time(), "originator": str(mesh.primary.mac),
+            "orig_interval_ms": mesh.config.orig_interval_ms, **mesh.seqno_state()}
 
 
 def save(path: str, mesh) -> None:
@@ -86,28 +80,24 @@ def _prune(directory: str, keep: str) -> None:
 
 @dataclass
 class Saved:
-    """What a state file says, validated field by field: a field of the wrong type is
-    skipped (with a warning), never the cause of a failed start."""
+    """What a state file says, checked value by value: a value that is neither a seqno nor
+    a table of them is skipped (with a warning), never the cause of a failed start."""
 
     ahead: int  # seqnos to skip: the margin plus what may have been sent since the save
-    iface_ogm: dict = field(default_factory=dict)  # interface MAC -> next OGM seqno
-    iface_elp: dict = field(default_factory=dict)
-    ogm2: int | None = None
-    bcast: int | None = None
-    frag: int | None = None
+    seqnos: dict = field(default_factory=dict)  # as Mesh.seqno_state() wrote it
 
 
-def _seqno(value, bits: int = 32) -> int | None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << bits
-    return value if ok else None
+def _seqno(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 32
 
 
-def _per_iface(value, name: str, path: str) -> dict:
-    if not isinstance(value, dict):
-        if value is not None:
-            log.warning("%s: %s is not a table; ignored", path, name)
-        return {}
-    return {str(mac).lower(): seqno for mac, seqno in value.items() if _seqno(seqno) is not None}
+def _checked(name: str, value, path: str):
+    if _seqno(value):
+        return value
+    if isinstance(value, dict) and all(_seqno(v) for v in value.values()):
+        return {str(k).lower(): v for k, v in value.items()}
+    log.warning("%s: %s is not a seqno or a table of seqnos; ignored", path, name)
+    return None
 
 
 def load(path: str) -> Saved | None:
@@ -133,31 +123,10 @@ def load(path: str) -> Saved | None:
     if not isinstance(interval, int) or isinstance(interval, bool) or interval <= 0:
         interval = 1000
     ahead = MARGIN + int(min(elapsed, SAVE_PERIOD) / (interval / 1000.0)) + 1
-    saved = Saved(ahead, _per_iface(state.get("ogm_seqno"), "ogm_seqno", path),
-                  _per_iface(state.get("elp_seqno"), "elp_seqno", path),
-                  _seqno(state.get("ogm2_seqno")), _seqno(state.get("bcast_seqno")), _seqno(state.get("frag_seqno"), 16))
-    return saved
-
-
-def apply_mesh(saved: Saved, mesh) -> None:
-    """Continue the mesh-wide seqnos (OGMv2, broadcast, fragments)."""
-    if saved.ogm2 is not None and hasattr(mesh.algo, "ogm_seqno"):
-        mesh.algo.ogm_seqno = (saved.ogm2 + saved.ahead) & 0xFFFFFFFF
-    if saved.bcast is not None:
-        mesh.broadcast.seqno = (saved.bcast + MARGIN + 1000) & 0xFFFFFFFF
-    if saved.frag is not None:
-        mesh.frag_seqno = (saved.frag + 100) & 0xFFFF
-
-
-def take_iface(saved: Saved, mac) -> dict:
-    """The seqnos an interface with this MAC continues from ({} when none were saved), as
-    Mesh.add_interface takes them. Once only: an interface attached again later has
-    counted on since, and must not step back."""
-    key = str(mac).lower()
-    ogm, elp = saved.iface_ogm.pop(key, None), saved.iface_elp.pop(key, None)
     seqnos = {}
-    if ogm is not None:
-        seqnos["ogm_seqno"] = (ogm + saved.ahead) & 0xFFFFFFFF
-    if elp is not None:
-        seqnos["elp_seqno"] = (elp + 2 * saved.ahead) & 0xFFFFFFFF
-    return seqnos
+    for name, value in state.items():
+        if name not in META:
+            checked = _checked(name, value, path)
+            if checked is not None:
+                seqnos[name] = checked
+    return Saved(ahead, seqnos)

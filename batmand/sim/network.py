@@ -206,7 +206,7 @@ class Network:
 
     def tq(self, a: str, b: str) -> int:
         router = self._router(a, b)
-        return router.ifinfo[None].tq_avg if router else 0
+        return self.nodes[a].mesh.algo.metric(router) if router else 0
 
     def owner_of(self, mac: bytes) -> str | None:
         for node in self.nodes.values():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ._util import need
@@ -34,7 +34,7 @@ class Ethernet:
         return _ETH.pack(self.h_dest, self.h_source, self.h_proto)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)
 class InnerFrame:
     """The Ethernet frame a UNICAST/BCAST/MCAST packet carries, as the host stack sent it.
 
@@ -47,20 +47,26 @@ class InnerFrame:
     h_proto: int
     payload: bytes = b""
     vlan_tci: int | None = None
+    raw: bytes | None = field(default=None, compare=False, repr=False)  # the bytes it was decoded from
 
     @classmethod
     def decode(cls, buf, off: int = 0) -> "InnerFrame":
         need(buf, off, ETH_HLEN, "inner Ethernet header")
-        dest, source, proto = _ETH.unpack_from(buf, off)
-        off += ETH_HLEN
+        raw = bytes(buf[off:])
+        dest, source, proto = _ETH.unpack_from(raw)
+        start = ETH_HLEN
         tci = None
         if proto == ETH_P_8021Q:
-            need(buf, off, 4, "inner 802.1Q tag")
-            tci, proto = struct.unpack_from("!HH", buf, off)
-            off += 4
-        return cls(Mac(dest), Mac(source), proto, bytes(buf[off:]), tci)
+            need(raw, start, 4, "inner 802.1Q tag")
+            tci, proto = struct.unpack_from("!HH", raw, start)
+            start += 4
+        return cls(Mac(dest), Mac(source), proto, raw[start:], tci, raw)
 
     def encode(self) -> bytes:
+        """The frame's bytes: those it was decoded from (delivering and forwarding never
+        rebuild it), else built from the fields."""
+        if self.raw is not None:
+            return self.raw
         if self.vlan_tci is None:
             return _ETH.pack(self.h_dest, self.h_source, self.h_proto) + self.payload
         return (

@@ -44,17 +44,25 @@ def _decode_aggregate(cls, buf):
     """Walk an aggregate as the kernel does: the next element must have the same packet
     type, fit the frame with its TVLVs, and have an even tvlv_len; the rest is padding."""
     packet, off = cls.decode(buf, 0)
-    packets = [packet]
+    packets, sizes = [packet], [off]
     while off < len(buf) and buf[off] == packets[0].packet_type and cls.peek_size(buf, off):
-        packet, off = cls.decode(buf, off)
+        packet, end = cls.decode(buf, off)
         packets.append(packet)
-    return packets, off
+        sizes.append(end - off)
+        off = end
+    return packets, sizes, off
 
 
 def decode_packets(buf) -> tuple[list[Packet], bytes]:
     """Decode a batman-adv packet (no Ethernet header); returns (packets, padding).
 
     Also used for packets rebuilt from fragments, which re-enter the receive path."""
+    packets, _sizes, padding = _decode_packets(buf)
+    return packets, padding
+
+
+def _decode_packets(buf) -> tuple[list[Packet], list[int], bytes]:
+    """(packets, each one's size on the wire, padding)."""
     buf = memoryview(buf)
     need(buf, 0, 2, "batman-adv header")
     ptype, version = buf[0], buf[1]
@@ -62,20 +70,20 @@ def decode_packets(buf) -> tuple[list[Packet], bytes]:
         raise WireError(f"unsupported compat version {version} (packet type 0x{ptype:02x})")
     try:
         if ptype in _AGGREGATES:
-            packets, end = _decode_aggregate(_AGGREGATES[ptype], buf)
+            packets, sizes, end = _decode_aggregate(_AGGREGATES[ptype], buf)
         elif ptype in _SINGLE:
             packet, end = _SINGLE[ptype](buf, 0)
-            packets = [packet]
+            packets, sizes = [packet], [end]
         elif UNICAST_MIN <= ptype <= UNICAST_MAX:
             packet, end = UnknownUnicast.decode(buf, 0)
-            packets = [packet]
+            packets, sizes = [packet], [end]
         else:
             raise WireError(f"unknown packet type 0x{ptype:02x}")
     except (ValueError, IndexError) as exc:  # Mac() and friends; never let a raw error escape
         if isinstance(exc, WireError):
             raise
         raise WireError(f"malformed packet type 0x{ptype:02x}: {exc}") from None
-    return packets, bytes(buf[end:])
+    return packets, sizes, bytes(buf[end:])
 
 
 @dataclass(slots=True, kw_only=True)
@@ -86,6 +94,7 @@ class Frame:
     ethernet: Ethernet
     packets: list[Packet] = field(default_factory=list)
     padding: bytes = b""
+    sizes: list[int] = field(default_factory=list, compare=False)  # each packet's size as decoded
 
     @property
     def packet(self) -> Packet:
@@ -124,8 +133,8 @@ def decode_frame(buf) -> Frame:
     ethernet = Ethernet.decode(buf)
     if ethernet.h_proto != ETH_P_BATMAN:
         raise NotBatmanError(f"not a batman-adv frame (ethertype 0x{ethernet.h_proto:04x})")
-    packets, padding = decode_packets(buf[ETH_HLEN:])
-    return Frame(ethernet=ethernet, packets=packets, padding=padding)
+    packets, sizes, padding = _decode_packets(buf[ETH_HLEN:])
+    return Frame(ethernet=ethernet, packets=packets, padding=padding, sizes=sizes)
 
 
 def build_frame(h_dest: Mac, h_source: Mac, *packets: Packet, padding: bytes = b"") -> bytes:

@@ -224,6 +224,12 @@ def tvlv_version(tvlv: Tvlv) -> int:
     return tvlv.version if isinstance(tvlv, UnknownTvlv) else tvlv.VERSION
 
 
+def malformed(tvlv: Tvlv) -> bool:
+    """A container of a known type and version whose value does not fit its layout (kept
+    as UnknownTvlv): the kernel's handlers ignore such a value."""
+    return isinstance(tvlv, UnknownTvlv) and (tvlv.type, tvlv.version) in _KNOWN
+
+
 def decode_tvlvs(buf, off: int = 0, end: int | None = None) -> list[Tvlv]:
     """Decode the containers in buf[off:end]; they must fill the region exactly."""
     end = len(buf) if end is None else end

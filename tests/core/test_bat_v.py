@@ -2,24 +2,27 @@
 
 import pytest
 
-from batmand.core.bat_v import THROUGHPUT_DEFAULT, estimate_throughput, forward_penalty
-from batmand.core.config import MeshConfig
-from batmand.core.hardif import HardInterface, HardifNeigh, WifiStation
+from batmand.core.bat_v import THROUGHPUT_DEFAULT, VHardifNeigh, VIface, estimate_throughput, forward_penalty
+from batmand.core.config import HardifConfig, MeshConfig
+from batmand.core.hardif import HardInterface, LinkFacts, WifiStation
 from batmand.sim import Network
 from batmand.wire import Mac
 
 N = Mac("02:00:00:00:00:09")
 
 
-def _iface(**kw):
-    return HardInterface(name="eth0", mac=Mac("02:00:00:00:00:01"), **kw)
+def _iface(wifi=False, throughput_override_kbit=0, **link):
+    return HardInterface(name="eth0", mac=Mac("02:00:00:00:00:01"), wifi=wifi,
+                         settings=HardifConfig(throughput_override=throughput_override_kbit), link=LinkFacts(**link))
+
+
 
 
 def test_ewma_as_linux_average_h():
     """DECLARE_EWMA(throughput, 10, 8): first sample taken as is, then 7/8 old + 1/8 new,
     kept with 10 fractional bits: 1000 then 200 -> (1000*1024*7 + 200*1024) / 8 = 900 (exact),
     then 200 -> 812.5 -> reads 812."""
-    neigh = HardifNeigh(N, N, 0.0)
+    neigh = VHardifNeigh()
     assert neigh.throughput == 0
     neigh.throughput_add(1000)
     assert neigh.throughput == 1000
@@ -33,16 +36,17 @@ def test_ewma_as_linux_average_h():
 
 
 def test_throughput_sources():
-    assert estimate_throughput(_iface(throughput_override=1000), N) == 1000  # override wins
-    assert estimate_throughput(_iface(link_speed_mbit=10000), N) == 100000  # veth: 10 Gbit/s
+    assert estimate_throughput(_iface(throughput_override_kbit=100_000), N) == 1000  # override wins
+    assert estimate_throughput(_iface(speed_mbit=10000), N) == 100000  # veth: 10 Gbit/s
     warnings = []
     iface = _iface()
+    iface.algo = VIface(elp_seqno=0)  # as B.A.T.M.A.N. V enabled it
     assert estimate_throughput(iface, N, warnings.append) == THROUGHPUT_DEFAULT == 10  # 1 Mbit/s
     estimate_throughput(iface, N, warnings.append)
     assert len(warnings) == 1 and "defaulting to hardcoded throughput values of 1.0 Mbps" in warnings[0]
     wifi = _iface(wifi=True, stations={N: WifiStation(expected_throughput_kbps=54_000)})
     assert estimate_throughput(wifi, N) == 540  # expected throughput (kbit/s) / 100
-    wifi.stations[N] = WifiStation(tx_bitrate_100kbps=1300)  # 130 Mbit/s PHY rate
+    wifi.link.stations[N] = WifiStation(tx_bitrate_100kbps=1300)  # 130 Mbit/s PHY rate
     assert estimate_throughput(wifi, N) == 433  # a third of the bitrate
     assert estimate_throughput(wifi, Mac("02:00:00:00:00:77")) == 0  # not associated
 
@@ -72,9 +76,9 @@ def test_chain_metric_worked_example():
         net.link(a, b)
     for node in net.nodes.values():
         for iface in node.mesh.ifaces:
-            iface.throughput_override = 1000
+            node.mesh.set_hardif(iface.name, HardifConfig(throughput_override=100_000))  # 100 Mbit/s
     net.run_for(30)
-    paths = {b: net._router("A", b).ifinfo[None].throughput for b in "BCD"}
+    paths = {b: net.nodes["A"].mesh.algo.metric(net._router("A", b)) for b in "BCD"}
     assert paths == {"B": 1000, "C": 882, "D": 778}
 
 
@@ -89,11 +93,12 @@ def test_diamond_prefers_the_faster_path_and_switches():
     for (a, b), speed in speeds.items():
         net.link(a, b)
         for node in (a, b):
-            iface = net.nodes[node].mesh.ifaces[-1]
-            iface.throughput_override = speed
+            mesh = net.nodes[node].mesh
+            mesh.set_hardif(mesh.ifaces[-1].name, HardifConfig(throughput_override=speed * 100))
     net.run_for(30)
+    a_metric = net.nodes["A"].mesh.algo.metric
     assert net.next_hop("A", "D") == "B"
-    assert net._router("A", "D").ifinfo[None].throughput == 882
+    assert a_metric(net._router("A", "D")) == 882
     net.find_segment("A", "B").up = False
     start = net.now
     while net.next_hop("A", "D") != "C":
@@ -101,7 +106,7 @@ def test_diamond_prefers_the_faster_path_and_switches():
         assert net.now - start < 8
     switched = net.now - start
     assert 4.0 <= switched <= 7.0, switched
-    assert net._router("A", "D").ifinfo[None].throughput == 441
+    assert a_metric(net._router("A", "D")) == 441
 
 
 def test_ogm2_ignored_until_elp_heard():
@@ -109,7 +114,7 @@ def test_ogm2_ignored_until_elp_heard():
     a, b = net.add_node("A"), net.add_node("B")
     net.link("A", "B")
     for iface in b.mesh.ifaces:
-        b.mesh.algo.next_elp[iface] = 1e9  # B never sends ELP
+        iface.algo.next_elp = 1e9  # B never sends ELP
     net.run_for(20)
     assert a.mesh.counters["drop_ogm2_before_elp"] > 0
     assert net.next_hop("A", "B") is None

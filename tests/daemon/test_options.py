@@ -130,9 +130,11 @@ PACKAGE = Path(batmand.__file__).parent
 # and what is not the daemon (batmanctl, the lab and the simulator)
 NOT_READERS = ("core/config.py", "daemon/options.py", "daemon/install.py", "cli/", "lab/", "sim/")
 # what a configuration is called where it is read: a MeshConfig `config` or `cfg` (or
-# `options.mesh`), Options `options` or `opts`; hard-interface keys come from a dict by name
+# `options.mesh`), Options `options` or `opts`, an interface's HardifConfig `settings`;
+# hard-interface keys also come from a dict by name
 MESH_HOLDERS = {"config", "cfg"}
 DAEMON_HOLDERS = {"options", "opts"}
+HARDIF_HOLDERS = {"settings"}
 
 
 def _name(node) -> str | None:
@@ -145,6 +147,8 @@ def _holder(node) -> str | None:
         return "mesh"
     if _name(node) in DAEMON_HOLDERS:
         return "daemon"
+    if _name(node) in HARDIF_HOLDERS:
+        return "hardif"
     if _name(node) == "mesh" and isinstance(node, ast.Attribute) and _name(node.value) in DAEMON_HOLDERS:
         return "mesh"
     return None
@@ -161,7 +165,7 @@ def _properties(path: Path, cls: str) -> dict[str, set[str]]:
 def setting_readers() -> dict[tuple[str, str], list[str]]:
     """(scope, key) -> the places ("path:line") in batmand that read it."""
     properties = {"mesh": _properties(PACKAGE / "core" / "config.py", "MeshConfig"),
-                  "daemon": _properties(PACKAGE / "daemon" / "options.py", "Options")}
+                  "daemon": _properties(PACKAGE / "daemon" / "options.py", "Options"), "hardif": {}}
     found = collections.defaultdict(list)
     for path in sorted(PACKAGE.rglob("*.py")):
         module = path.relative_to(PACKAGE).as_posix()
@@ -183,7 +187,7 @@ def test_every_key_is_read_or_refused(tmp_path):
     """A key that nobody reads changes nothing, and users believe it: each key is either read
     in batmand (a static check: `config.<key>`, `cfg.<key>`, `options.mesh.<key>`,
     `options.<key>`, `opts.<key>`, directly or through a property of its class; a
-    hard-interface key as `...["<key>"]`; outside NOT_READERS) or refused by the loader
+    hard-interface key as `settings.<key>` or `...["<key>"]`; outside NOT_READERS) or refused by the loader
     because its feature does not exist yet, and a key that is read is not marked so.
     What it cannot see: whether the value read makes a difference (a read whose result is
     ignored passes), a read through getattr with a computed name or by a holder of another

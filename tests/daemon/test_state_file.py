@@ -58,6 +58,6 @@ def test_a_state_file_of_wrong_types_does_not_stop_the_start(ns, tmp_path):
     finally:
         stop(proc)
     assert proc.returncode == 0, log.read_text()
-    assert "ogm_seqno is not a table; ignored" in log.read_text()
+    assert "ogm_seqno is not a seqno or a table of seqnos; ignored" in log.read_text()
     saved = json.loads(path.read_text())  # and a good one replaced it
     assert isinstance(saved["ogm_seqno"][mac], int) and isinstance(saved["bcast_seqno"], int)

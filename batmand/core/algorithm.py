@@ -1,0 +1,58 @@
+"""The routing algorithm interface (the kernel's struct batadv_algo_ops) and the registry
+the algorithms add themselves to (batadv_algo_register). Nothing outside an algorithm's
+own module asks which one runs: the mesh, the listings and the daemon go through this.
+
+Algorithm-specific state lives in the algorithm's own objects, keyed by the shared ones
+(hard interfaces, originators, neighbours), as the kernel's bat_iv/bat_v sub-structs."""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol
+
+Receiver = Callable[[float, object, object, bytes], None]  # (now, hard interface, decoded frame, raw)
+
+
+class RoutingAlgorithm(Protocol):
+    name: str  # as batctl ra shows it
+    receives: tuple[int, ...]  # packet types of its announcements
+    metric_key: str  # the listings' metric column, as batctl's JSON calls it ("tq", "throughput")
+    estimates_links: bool  # its metric needs link speeds and Wi-Fi station data from the daemon
+
+    def __init__(self, mesh) -> None: ...
+
+    # interface operations
+    def iface_enabled(self, now: float, iface) -> None: ...
+    def iface_disabled(self, iface) -> None: ...
+    def iface_deactivated(self, iface) -> None: ...
+
+    # announcements and timers
+    def receivers(self) -> dict[int, Receiver]: ...
+    def tick(self, now: float) -> None: ...
+    def next_deadline(self) -> float: ...
+
+    # neighbour and originator operations
+    def metric(self, neigh, outif=None) -> int: ...
+    def orig_has_evidence(self, orig_node) -> bool: ...
+    def neigh_has_evidence(self, iface, neigh) -> bool: ...
+    def originator_metric(self, neigh) -> int | None: ...  # the listing's value (batctl's units)
+    def neighbour_metric(self, hardif_neigh) -> int | None: ...
+
+    # sequence numbers across restarts
+    def seqno_state(self) -> dict: ...
+    def restore_seqnos(self, state: dict, ahead: int) -> None: ...
+
+
+def jittered(mesh, now: float, interval_ms: int) -> float:
+    """When a periodic announcement is next due: interval - jitter + a random [0, 2 jitter)
+    ms, as the kernel schedules OGMs and ELPs (so that nodes do not fall into step)."""
+    jitter = mesh.config.jitter_ms
+    return now + (interval_ms - jitter + mesh.rng.randrange(2 * jitter)) / 1000.0
+
+
+ALGORITHMS: dict[str, type] = {}
+
+
+def register(cls: type) -> type:
+    """Class decorator: the algorithm is available by its name (batadv_algo_register)."""
+    ALGORITHMS[cls.name] = cls
+    return cls

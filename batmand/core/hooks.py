@@ -1,0 +1,39 @@
+"""The features' hooks on the host path, in one ordered place: frames the host sends into
+the mesh (the kernel's batadv_interface_tx) and frames the mesh delivers to the host
+(batadv_interface_rx). A hook sees the frame and may consume it (answer it itself, send it
+its own way, drop it); the first that does ends the walk.
+
+Positions follow the kernel's order of these checks: bridge loop avoidance first (a frame
+of a claimed client must not enter the mesh here), then the gateway's DHCP handling, the
+distributed ARP table, and multicast (which decides between unicast copies and a flood)."""
+
+from __future__ import annotations
+
+import bisect
+from typing import Callable
+
+BLA, GATEWAY_DHCP, DAT, MULTICAST = 10, 20, 30, 40  # positions, in the kernel's order
+
+TxHook = Callable[[float, object, int], bool]  # (now, inner frame, TT vid) -> consumed
+RxHook = Callable[[float, object, object], bool]  # (now, inner frame, sender's orig_node or None) -> consumed
+
+
+class HostHooks:
+    def __init__(self) -> None:
+        self._tx: list[tuple[int, int, TxHook]] = []
+        self._rx: list[tuple[int, int, RxHook]] = []
+
+    def on_host_tx(self, position: int, hook: TxHook) -> None:
+        """A hook for frames from the host, after the sender was learnt and before the frame
+        is broadcast or sent to the originator that serves its destination."""
+        bisect.insort(self._tx, (position, len(self._tx), hook))
+
+    def on_host_rx(self, position: int, hook: RxHook) -> None:
+        """A hook for frames about to be delivered to the host."""
+        bisect.insort(self._rx, (position, len(self._rx), hook))
+
+    def host_tx(self, now: float, inner, vid: int) -> bool:
+        return any(hook(now, inner, vid) for _, _, hook in self._tx)
+
+    def host_rx(self, now: float, inner, orig_node) -> bool:
+        return any(hook(now, inner, orig_node) for _, _, hook in self._rx)

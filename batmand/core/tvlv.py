@@ -1,0 +1,93 @@
+"""TVLV handlers and containers, registered by the features (the kernel's tvlv.c).
+
+A feature registers, per (type, version): a handler for the container when it rides in an
+originator's OGM (optionally also called when the OGM lacks it: the kernel's CIFNOTFND,
+how a feature learns that a node does not support it), a handler for it in a
+UNICAST_TVLV, and a builder for its container in our own OGMs. Containers nobody handles
+are ignored, as the kernel ignores them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from batmand.wire.tvlv import malformed, tvlv_type, tvlv_version
+
+OgmHandler = Callable[[float, object, object], None]  # (now, orig_node, tvlv or None when absent)
+UnicastHandler = Callable[[float, object, object, object], bool]  # (now, src, dst, tvlv) -> handled here
+Builder = Callable[[float, int], object]  # (now, bytes of room left) -> the container or None
+
+
+@dataclass(frozen=True)
+class _OgmHandler:
+    handle: OgmHandler
+    when_absent: bool
+
+
+class TvlvRegistry:
+    def __init__(self) -> None:
+        self._ogm: dict[tuple[int, int], _OgmHandler] = {}
+        self._unicast: dict[tuple[int, int], UnicastHandler] = {}
+        self._containers: list[tuple[Builder, bool]] = []
+        self.fixed_bytes = 0  # what the containers of fixed size took in our last OGM
+
+    def handle_ogm(self, ttype: int, version: int, handler: OgmHandler, *, when_absent: bool = False) -> None:
+        self._ogm[(ttype, version)] = _OgmHandler(handler, when_absent)
+
+    def handle_unicast(self, ttype: int, version: int, handler: UnicastHandler) -> None:
+        self._unicast[(ttype, version)] = handler
+
+    def contribute(self, builder: Builder, *, flexible: bool = False) -> None:
+        """A container of our OGMs, built right before each one; builder(now, room) returns
+        it or None. A flexible one (TT: it can leave its diff out) is built after the
+        others, with the room they left."""
+        self._containers.append((builder, flexible))
+
+    # --- used by the core --------------------------------------------------------------------
+
+    def ogm_received(self, now: float, orig_node, tvlvs: list) -> None:
+        """batadv_tvlv_ogm_receive: each container to its handler, then the handlers that
+        want to hear of a container the OGM did not carry."""
+        called = set()
+        for tvlv in tvlvs:
+            if malformed(tvlv):
+                continue  # ignored, as the kernel's handlers ignore a value of the wrong size
+            key = (tvlv_type(tvlv), tvlv_version(tvlv))
+            handler = self._ogm.get(key)
+            if handler is not None:
+                called.add(key)
+                handler.handle(now, orig_node, tvlv)
+        for key, handler in self._ogm.items():
+            if handler.when_absent and key not in called:
+                handler.handle(now, orig_node, None)
+
+    def unicast_received(self, now: float, src, dst, tvlvs: list) -> bool:
+        """batadv_tvlv_containers_process for a UNICAST_TVLV: False when some handler says
+        the packet is not (only) for us, so it must be routed on."""
+        handled = True
+        for tvlv in tvlvs:
+            if malformed(tvlv):
+                continue
+            handler = self._unicast.get((tvlv_type(tvlv), tvlv_version(tvlv)))
+            if handler is not None:
+                handled &= handler(now, src, dst, tvlv)
+        return handled
+
+    def ogm_containers(self, now: float, room: int) -> list:
+        """Our OGM's containers, in registration order, within `room` bytes in all."""
+        built: dict[int, object] = {}
+        for flexible_pass in (False, True):
+            for i, (build, flexible) in enumerate(self._containers):
+                if flexible != flexible_pass:
+                    continue
+                tvlv = build(now, room)
+                if tvlv is not None:
+                    built[i] = tvlv
+                    room -= container_size(tvlv)
+            if not flexible_pass:
+                self.fixed_bytes = sum(container_size(t) for t in built.values())
+        return [built[i] for i in sorted(built)]
+
+
+def container_size(tvlv) -> int:
+    return 4 + len(tvlv.encode_value())  # type, version, length, value

@@ -13,7 +13,8 @@ with the same tables and frames and checks that they agree.
 
 Each depends only on the bytes mesh_key / host_key return (the headers, and the IP
 protocol and port while an L4 slow-path rule exists), so the engine caches decisions by
-those bytes until the tables change."""
+those bytes until the tables change; it leaves frames shorter than HOST_KEY_MIN /
+MESH_KEY_MIN (too short to be anything but SLOW or worse) to the core uncached."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ DELIVER, SLOW = "deliver", "slow"
 # An Ethernet header's length by the first byte of its ethertype: 0x81 (802.1Q, 0x8100)
 # brings a 4-byte tag; the few other 0x81xx ethertypes only make a key 4 bytes longer.
 ETH_HEADER_LEN = bytes(18 if b == 0x81 else 14 for b in range(256))
+HOST_KEY_MIN = 18  # an Ethernet header with a tag
+MESH_KEY_MIN = INNER_OFF + HOST_KEY_MIN
 _ETH_P_IP, _ETH_P_IPV6 = 0x0800, 0x86DD
 
 
@@ -92,11 +95,11 @@ def host_key(frame, l4: bool) -> bytes:
 
 def mesh_key(frame, l4: bool) -> bytes:
     """The bytes decide_mesh reads of a received frame (l4: the table has TO_HOST rules
-    on the IP protocol)."""
-    inner = INNER_OFF
-    key = bytes(frame[:inner + (ETH_HEADER_LEN[frame[inner + 12]] if len(frame) > inner + 12 else 14)])
+    on the IP protocol): our header and the inner Ethernet header with a tag (untagged,
+    4 bytes more: a fixed length costs the engine less than looking for the tag)."""
+    key = bytes(frame[:MESH_KEY_MIN])
     if l4:
-        fields = eth_fields(frame, inner)
+        fields = eth_fields(frame, INNER_OFF)
         key += l4_key(frame, fields[4], fields[3]) if fields else b""
     return key
 

@@ -22,10 +22,11 @@ import struct
 import time
 
 from batmand.core.forwarding import FROM_HOST, TO_HOST, ForwardingTable
-from batmand.wire.fastpath import INNER_OFF, TTL_OFF, UNICAST_PREFIX_LEN, VLAN_ETHERTYPE, unicast_prefix
+from batmand.wire.fastpath import TTL_OFF, UNICAST_PREFIX_LEN, VLAN_ETHERTYPE, unicast_prefix
 
 from . import offload
-from .decision import DELIVER, ETH_HEADER_LEN, SLOW, Forward, decide_host, decide_mesh, host_key, mesh_key
+from .decision import (DELIVER, ETH_HEADER_LEN, HOST_KEY_MIN, MESH_KEY_MIN, SLOW, Forward, decide_host, decide_mesh,
+                       host_key, mesh_key)
 from .rings import TP_STATUS_CSUM_VALID, TP_STATUS_CSUMNOTREADY, RxRing, TxRing, error_name
 
 log = logging.getLogger("batmand")
@@ -188,7 +189,7 @@ class Engine:
     def _on_tap(self, touched: set) -> None:
         buf, view, fd = self._read_buf, self._read_view, self.tap_fd
         readv, bufs, cache, counters = os.readv, (buf,), self._host_cache, self.counters
-        offloading, l4, header_len = self.csum_offload, self._host_l4, ETH_HEADER_LEN
+        offloading, l4, header_len, short = self.csum_offload, self._host_l4, ETH_HEADER_LEN, VNET + HOST_KEY_MIN
         sent = sent_bytes = 0
         for _ in range(BATCH):
             try:
@@ -198,8 +199,8 @@ class Engine:
             except OSError as exc:  # the queue is detached or the TAP going away
                 self._count("tap_read_error_" + error_name(exc.errno))
                 break
-            if n <= VNET:
-                self._count("drop_tap_runt")
+            if n < short:
+                self._short_from_host(n)
                 continue
             if buf[1] != _GSO_NONE:
                 _flags, gso_type, _hdr_len, gso_size, csum_start, _offset = _VNET.unpack_from(buf)
@@ -212,11 +213,8 @@ class Engine:
                     counters["drop_bad_csum"] += 1
                     continue
             frame = view[VNET:n]
-            if l4:
-                key = host_key(frame, True)
-            else:  # host_key, inline: the Ethernet header, with its tag
-                end = VNET + header_len[buf[VNET + 12]]
-                key = bytes(buf[VNET:end if end < n else n])
+            # host_key, inline: the Ethernet header, with its tag
+            key = host_key(frame, True) if l4 else bytes(buf[VNET:VNET + header_len[buf[VNET + 12]]])
             route = cache.get(key)
             if route is None:
                 route = self._host_route(frame, key)
@@ -297,6 +295,19 @@ class Engine:
         self.counters["tx_bytes"] += sent_bytes
         self.counters["tx_ring_full"] += len(parts) - sent
 
+    def _short_from_host(self, n: int) -> None:
+        """A frame from the TAP shorter than a decision's key: the core decides (nothing
+        at all is a runt)."""
+        buf = self._read_buf
+        if n <= VNET:
+            self._count("drop_tap_runt")
+            return
+        csum = _CSUM_FIELDS.unpack_from(buf, 6) if buf[0] & _NEEDS_CSUM else None
+        if csum is not None and csum[0] + csum[1] + 2 > n - VNET:
+            self.counters["drop_bad_csum"] += 1
+            return
+        self._to_slow_host(self._read_view[VNET:n], csum)
+
     def _to_slow_host(self, frame, csum: tuple[int, int] | None) -> None:
         """A host frame for the core, its checksum completed (csum: where the host left it partial)."""
         whole = bytearray(frame)
@@ -358,7 +369,7 @@ class Engine:
         coalescer = self.coalescer
         tap = self.tap_fd
         decisions = port.decisions
-        l4, header_len = self._mesh_l4, ETH_HEADER_LEN
+        l4, short, ttl_off = self._mesh_l4, MESH_KEY_MIN, TTL_OFF
         batch = ring.frames(BATCH)
         counters["rx_batches"] += 1
         if ring.truncated:
@@ -371,17 +382,16 @@ class Engine:
                 if csum_start < _INNER_L3 or csum_start + csum_offset + 2 > length:
                     counters["drop_bad_csum"] += 1  # its sender (a VM, a container) pointed it into our header
                     continue
-            if l4:
-                key = mesh_key(view[off:off + length], True)
-            else:  # mesh_key, inline: our header and the inner Ethernet header, with its tag
-                end = off + INNER_OFF + header_len[view[off + INNER_OFF + 12]]
-                key = bytes(view[off:end if end < off + length else off + length])
-            decision = decisions.get(key)
-            if decision is None:
-                decision = self._decide(port, view[off:off + length])
-                if len(decisions) >= DECISION_CACHE:
-                    decisions.clear()  # a peer varying addresses cannot grow it
-                decisions[key] = decision
+            if length < short:
+                decision = SLOW  # shorter than a decision's key: the core decides
+            else:
+                key = mesh_key(view[off:off + length], True) if l4 else bytes(view[off:off + short])  # mesh_key, inline
+                decision = decisions.get(key)
+                if decision is None:
+                    decision = self._decide(port, view[off:off + length])
+                    if len(decisions) >= DECISION_CACHE:
+                        decisions.clear()  # a peer varying addresses cannot grow it
+                    decisions[key] = decision
             if decision is DELIVER:
                 delivered += 1
                 delivered_bytes += length - UNICAST_PREFIX_LEN
@@ -416,7 +426,7 @@ class Engine:
                 self._to_slow_mesh(port, view, off, length, status)  # the core fragments it
                 continue
             view[off:off + 12] = addresses
-            view[off + TTL_OFF] -= 1
+            view[off + ttl_off] -= 1
             tx = out.tx
             if tx.vnet_hdr:
                 ok = tx.put((view[off - VNET:off + length],), VNET + length) if status & TP_STATUS_CSUMNOTREADY \

@@ -18,13 +18,15 @@ from .algorithm import ALGORITHMS, RoutingAlgorithm
 from .broadcast import Broadcast
 from .config import HardifConfig, MeshConfig
 from .counters import Counters
-from .events import ClientRoute, Deliver, ForwardingUpdate, OrigRoute, Transmit
+from .events import Deliver, Transmit
 from . import fragmentation
 from .fragmentation import Reassembly
 from .hardif import HardInterface
 from .hooks import HostHooks
 from .icmp import Icmp
 from .originator import OriginatorTable, OrigNode
+from .publish import Publisher
+from .routes import Routes
 from .routing import Routing, inner_vid
 from .translation_table import TranslationTable
 from .tvlv import TvlvRegistry
@@ -47,13 +49,16 @@ class Mesh:
         self.counters = Counters()
         self.ifaces: list[HardInterface] = []
         self.primary: HardInterface | None = None
-        self.originators = OriginatorTable(self.config, self.counters, evidence=self._orig_has_evidence,
-                                           neigh_evidence=self._neigh_has_evidence, forget=self._forget_originator)
         self.log = lambda message: None  # the daemon routes this to its logger
         if self.config.routing_algo not in ALGORITHMS:
             raise ValueError(f"routing algorithm {self.config.routing_algo} is not available "
                              f"(choose {', '.join(ALGORITHMS)})")
         self.algo: RoutingAlgorithm = ALGORITHMS[self.config.routing_algo](self)
+        self.routes = Routes(self)
+        self.publisher = Publisher(self)
+        self.originators = OriginatorTable(self.config, self.counters, evidence=self.algo.orig_has_evidence,
+                                           neigh_evidence=self.algo.neigh_has_evidence,
+                                           forget=self.routes.forget_originator)
         self.tvlv = TvlvRegistry()
         self.hooks = HostHooks()
         self.receivers: dict[int, object] = {}  # packet type -> handler(now, iface, frame, raw)
@@ -65,10 +70,6 @@ class Mesh:
         self.reassembly = Reassembly(self.counters, self.config)
         self.frag_seqno = self.rng.getrandbits(16)
         self._actions: list = []
-        self._published_origs: dict[Mac, OrigRoute] = {}
-        self._published_clients: dict = {}
-        self._published_ttvn = 0
-        self._dirty_origs: set[Mac] = set()
         self._next_purge = now + self.config.orig_work_period_ms / 1000.0
         self._next_tt_purge = now + self.config.tt_work_period_ms / 1000.0
         self.tt.add_vlan(now, 0)
@@ -99,7 +100,7 @@ class Mesh:
             self.algo.iface_disabled(iface)
         if self.primary is iface:
             self.primary = next((i for i in self.ifaces if i.active), self.ifaces[0] if self.ifaces else None)
-        self._forget_routes_via(iface)
+        self.routes.forget_via(iface)
         return self._take()
 
     def deactivate_interface(self, now: float, name: str) -> list:
@@ -112,7 +113,7 @@ class Mesh:
             return self._take()
         iface.active = False
         self.algo.iface_deactivated(iface)
-        self._forget_routes_via(iface)
+        self.routes.forget_via(iface)
         iface.neighbours.clear()
         return self._take()
 
@@ -125,15 +126,6 @@ class Mesh:
         iface.active = True
         self.algo.iface_enabled(now, iface)
         return self._take()
-
-    def _forget_routes_via(self, iface: HardInterface) -> None:
-        for orig_node in list(self.originators.nodes.values()):
-            for key in [k for k in orig_node.neighbours if k[1] is iface]:
-                del orig_node.neighbours[key]
-            orig_node.ifinfo.pop(iface, None)
-            for neigh in orig_node.neighbours.values():
-                neigh.ifinfo.pop(iface, None)
-            self._reselect_routes(orig_node)
 
     def set_hardif(self, name: str, settings: HardifConfig) -> None:
         """An interface's settings (batctl hardif IFACE et|to|hp): used from the next OGM,
@@ -274,7 +266,9 @@ class Mesh:
         self._actions.append(action)
 
     def _take(self) -> list:
-        self._publish()
+        update = self.publisher.take()
+        if update is not None:
+            self._actions.append(update)
         actions, self._actions = self._actions, []
         return actions
 
@@ -343,7 +337,7 @@ class Mesh:
         self.broadcast.tick(now)
         if now >= self._next_purge:
             self._next_purge = now + self.config.orig_work_period_ms / 1000.0
-            self.purge(now)
+            self.routes.purge(now)
         if now >= self._next_tt_purge:
             self._next_tt_purge = now + self.config.tt_work_period_ms / 1000.0
             self.tt.purge(now)
@@ -404,106 +398,8 @@ class Mesh:
     def route_changed(self, orig_node: OrigNode) -> None:
         """Something the forwarding table publishes about this originator changed (its
         router, or its TT version): publish it with the next actions."""
-        self._dirty_origs.add(orig_node.orig)
+        self.publisher.dirty_origs.add(orig_node.orig)
 
     def update_route(self, orig_node: OrigNode, outif, neigh, now: float | None = None) -> None:
-        """batadv_update_route: a route lost makes us forget what the originator announced;
-        a new one lets a TT request that had no route go out."""
-        info = orig_node.ifinfo_new(outif)
-        old = info.router
-        info.router = neigh
-        if old is not None and neigh is None:
-            self.tt.global_del_orig(orig_node)
-        if outif is None:
-            self._dirty_origs.add(orig_node.orig)
-            if old is None and neigh is not None and now is not None:
-                self.tt.route_appeared(now, orig_node)
-
-    def _reselect_routes(self, orig_node: OrigNode) -> None:
-        for outif in [None] + self.active_ifaces():
-            best = None
-            for neigh in orig_node.neighbours.values():
-                if best is None or self.algo.metric(neigh, outif) > self.algo.metric(best, outif):
-                    best = neigh
-            if orig_node.router(outif) is not best:
-                self.update_route(orig_node, outif, best)
-
-    def purge(self, now: float) -> None:
-        """The originator worker (every second): time out neighbours and originators, and
-        list the entries without evidence (again) as the ones a full table may evict."""
-        neigh_timeout = self.config.purge_timeout
-        originators = self.originators
-        self.reassembly.purge(now)
-        for addr, orig_node in list(originators.nodes.items()):
-            if now - orig_node.last_seen > 2 * neigh_timeout:
-                originators.remove(orig_node)
-                continue
-            stale = [k for k, n in orig_node.neighbours.items()
-                     if now - n.last_seen > neigh_timeout or not n.if_incoming.active]
-            for key in stale:
-                del orig_node.neighbours[key]
-            if stale:
-                self._reselect_routes(orig_node)
-            originators.review(orig_node)
-        originators.candidates.prune(originators.nodes)
-        for iface in self.ifaces:
-            for addr in [a for a, n in iface.neighbours.items() if now - n.last_seen > neigh_timeout]:
-                del iface.neighbours[addr]
-            for addr, neigh in iface.neighbours.items():
-                if not self._neigh_has_evidence(iface, neigh):
-                    iface.eviction.keep(addr)
-            iface.eviction.prune(iface.neighbours)
-
-    def _forget_originator(self, orig_node: OrigNode) -> None:
-        """An originator leaves the table (timed out or evicted): its routes, clients and
-        fragments go with it."""
-        self.reassembly.forget(orig_node.orig)
-        for outif in [None] + self.active_ifaces():
-            if orig_node.router(outif) is not None:
-                self.update_route(orig_node, outif, None)
-        self.tt.global_del_orig(orig_node)
-        self._dirty_origs.add(orig_node.orig)
-
-    def _orig_has_evidence(self, orig_node: OrigNode) -> bool:
-        return self.algo.orig_has_evidence(orig_node)
-
-    def _neigh_has_evidence(self, iface: HardInterface, neigh) -> bool:
-        return self.algo.neigh_has_evidence(iface, neigh)
-
-    # --- publishing the forwarding table -----------------------------------------------------------
-
-    def orig_route(self, orig: Mac) -> OrigRoute | None:
-        node = self.originators.get(orig)
-        router = node.router() if node else None
-        if router is None:
-            return None
-        return OrigRoute(router.addr, router.if_incoming.name, node.last_ttvn)
-
-    def _publish(self) -> None:
-        origs = {}
-        for orig in self._dirty_origs:
-            route = self.orig_route(orig)
-            if self._published_origs.get(orig) != route:
-                origs[orig] = route
-                self.tt.dirty_clients.update(self.tt.by_orig.get(orig, ()))
-        self._dirty_origs.clear()
-        clients = {}
-        for key in self.tt.dirty_clients:
-            best = self.tt.best_orig(*key)
-            route = ClientRoute(best, self.tt.is_roaming(*key)) if best is not None else None
-            if self._published_clients.get(key) != route:
-                clients[key] = route
-        self.tt.dirty_clients.clear()
-        local = {key: (self.tt.is_my_client(*key) if key in self.tt.local else None) for key in self.tt.dirty_local}
-        self.tt.dirty_local.clear()
-        ttvn = self.tt.ttvn if self.tt.ttvn != self._published_ttvn else None
-        self._published_ttvn = self.tt.ttvn
-        if not (origs or clients or local or ttvn is not None):
-            return
-        for table, changes in ((self._published_origs, origs), (self._published_clients, clients)):
-            for key, value in changes.items():
-                if value is None:
-                    table.pop(key, None)
-                else:
-                    table[key] = value
-        self._actions.append(ForwardingUpdate(origs, clients, local, ttvn))
+        """For the algorithms: `neigh` is now the router toward the originator (routes.py)."""
+        self.routes.update(orig_node, outif, neigh, now)

@@ -84,8 +84,9 @@ def l4_key(frame, l3: int, ethertype: int) -> bytes:
 
 
 def host_key(frame, l4: bool) -> bytes:
-    """The bytes decide_host reads of a host frame (l4: the table has FROM_HOST rules on
-    the IP protocol)."""
+    """The bytes decide_host reads of a host frame: its Ethernet header (18 bytes with an
+    802.1Q tag, else 14), and when `l4` (the table has FROM_HOST rules on the IP protocol)
+    the IP protocol and port."""
     key = bytes(frame[:ETH_HEADER_LEN[frame[12]] if len(frame) > 12 else 14])
     if l4:
         fields = eth_fields(frame, 0)

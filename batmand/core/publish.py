@@ -7,7 +7,7 @@ from __future__ import annotations
 from batmand.wire import Mac
 
 from .events import ClientRoute, ForwardingUpdate, OrigRoute
-from .forwarding import ForwardingTable
+from .forwarding import ForwardingTable, SlowPath
 
 
 class Publisher:
@@ -15,6 +15,17 @@ class Publisher:
         self.mesh = mesh
         self.published = ForwardingTable()  # what the data plane holds
         self.dirty_origs: set[Mac] = set()
+        self._slow_path: list = []  # the features' contributions: () -> SlowPath
+
+    def need_slow_path(self, contribution) -> None:
+        """A feature's frames the data plane must leave to the core (ARP while DAT is on,
+        DHCP for a gateway client...): contribution() -> SlowPath, asked on every publish."""
+        self._slow_path.append(contribution)
+
+    def slow_path(self) -> SlowPath:
+        parts = [contribution() for contribution in self._slow_path]
+        return SlowPath(rules=frozenset().union(*(p.rules for p in parts)), multicast=any(p.multicast for p in parts),
+                        clients=frozenset().union(*(p.clients for p in parts)))
 
     def orig_route(self, orig: Mac) -> OrigRoute | None:
         node = self.mesh.originators.get(orig)
@@ -42,8 +53,10 @@ class Publisher:
         local = {key: (tt.is_my_client(*key) if key in tt.local else None) for key in tt.dirty_local}
         tt.dirty_local.clear()
         ttvn = tt.ttvn if tt.ttvn != published.own_ttvn else None
-        if not (origs or clients or local or ttvn is not None):
+        wanted = self.slow_path()
+        slow = wanted if wanted != published.slow_path else None
+        if not (origs or clients or local or ttvn is not None or slow is not None):
             return None
-        update = ForwardingUpdate(origs, clients, local, ttvn)
+        update = ForwardingUpdate(origs, clients, local, ttvn, slow_path=slow)
         published.apply(update)
         return update

@@ -564,11 +564,17 @@ class TranslationTable:
         # the kernel stores the diff and the ttvn even when applying it stopped early
         self._apply_changes(now, orig_node, changes, ttvn)
         orig_node.tt_buff = list(changes)
-        orig_node.last_ttvn = ttvn
+        self._set_ttvn(orig_node, ttvn)
+
+    def _set_ttvn(self, orig_node, ttvn: int) -> None:
+        """The originator's TT version we know now; the forwarding table publishes it (the
+        data plane stamps it on unicast headers and checks it when forwarding)."""
+        if orig_node.last_ttvn != ttvn:
+            orig_node.last_ttvn = ttvn
+            self.mesh.route_changed(orig_node)
 
     def _ogm_container(self, now: float, orig_node, tt: TtTvlv) -> None:
         self.ogm_received(now, orig_node, tt)
-        self.mesh.route_changed(orig_node)  # its TT version is part of the forwarding table
 
     def ogm_received(self, now: float, orig_node, tt: TtTvlv) -> None:
         """batadv_tt_update_orig: a TT container in an OGM of `orig_node`."""
@@ -687,7 +693,7 @@ class TranslationTable:
             self.global_del_orig(orig_node)
             self._apply_changes(now, orig_node, tt.changes, tt.ttvn)
             orig_node.tt_buff = None
-            orig_node.last_ttvn = tt.ttvn
+            self._set_ttvn(orig_node, tt.ttvn)
         else:
             self._update_changes(now, orig_node, tt.changes, tt.ttvn)
         self.update_orig_crc(orig_node)

@@ -13,6 +13,8 @@ import batmand
 from batmand.core import hooks
 from batmand.core.algorithm import ALGORITHMS
 from batmand.core.config import MeshConfig
+from batmand.core.events import ForwardingUpdate
+from batmand.core.forwarding import FROM_HOST, SlowPath, SlowRule
 from batmand.core.mesh import Mesh
 from batmand.sim.network import Network
 from batmand.wire import BROADCAST, InnerFrame, IvOgm, Mac, Mcast, UnknownTvlv, build_frame, decode_frame
@@ -162,3 +164,17 @@ def test_a_malformed_container_of_a_known_type_reaches_no_handler():
     orig = b.mesh.originators.get(net.nodes["A"].orig)
     b.mesh.ogm_tvlvs_received(net.now, orig, [UnknownTvlv(4, 1, b"\x01\x02")])  # too short for tt_data
     b.mesh.tvlv.unicast_received(net.now, orig.orig, b.mesh.primary.mac, [UnknownTvlv(4, 1, b"\x01\x02")])
+
+
+def test_a_feature_tells_the_data_plane_which_frames_it_must_see():
+    """What a feature needs to see on the host path (ARP while DAT is on, say) goes out
+    with the forwarding table, so that the data plane hands those frames to the core."""
+    mesh = Mesh(MeshConfig(), soft_mac=Mac("02:00:00:00:00:aa"))
+    arp = SlowPath(rules=frozenset({SlowRule(FROM_HOST, 0x0806)}))
+    wanted = [SlowPath()]
+    mesh.publisher.need_slow_path(lambda: wanted[0])
+    mesh.add_interface(0.0, "e0", Mac("02:00:00:00:00:01"))
+    wanted[0] = arp  # the feature was switched on
+    updates = [a for a in mesh.tick(1.0) if isinstance(a, ForwardingUpdate)]
+    assert [u.slow_path for u in updates] == [arp]
+    assert not [a for a in mesh.tick(2.0) if isinstance(a, ForwardingUpdate) and a.slow_path is not None]

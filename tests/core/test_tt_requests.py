@@ -6,10 +6,11 @@ one budget (max_pending_tt_requests), so spoofed originators cannot pile them up
 from __future__ import annotations
 
 from batmand.core.config import MeshConfig
-from batmand.core.events import Transmit
+from batmand.core.events import ForwardingUpdate, Transmit
+from batmand.core.forwarding import ForwardingTable
 from batmand.core.mesh import Mesh
 from batmand.core.originator import NeighNode
-from batmand.wire import Mac, TtDataFlags, TtTvlv, TtVlan, UnicastTvlv, decode_frame
+from batmand.wire import Mac, TtDataFlags, TtTvlv, TtVlan, UnicastTvlv, build_frame, decode_frame
 
 
 def _mesh(**config) -> Mesh:
@@ -56,3 +57,28 @@ def test_waiting_and_unanswered_requests_share_one_budget():
     assert mesh.counters["drop_tt_pending_requests_full"] == 15
     _announce(mesh, 2.0, Mac(bytes([2, 0x5e, 0, 0, 0, 3])))  # one that already waits: no new slot needed
     assert mesh.counters["drop_tt_pending_requests_full"] == 15
+
+
+def test_the_ttvn_a_full_table_response_brings_is_published_at_once():
+    """The data plane stamps an originator's TT version on unicast headers and checks it
+    when forwarding: a version learnt from a TT response (not an OGM) must reach the
+    forwarding table with those actions, not with that originator's next OGM."""
+    mesh = _mesh()
+    table = ForwardingTable()
+
+    def take(actions):
+        for action in actions:
+            if isinstance(action, ForwardingUpdate):
+                table.apply(action)
+        return actions
+
+    orig = Mac("02:00:00:00:00:02")
+    node, actions = _announce(mesh, 1.0, orig)  # ttvn 1, no changes: we ask
+    neigh = NeighNode(orig, mesh.iface("e0"), node, 1.1)
+    node.neighbours[(orig, mesh.iface("e0"))] = neigh
+    mesh.update_route(node, None, neigh, 1.1)
+    take(actions + mesh._take())
+    response = TtTvlv(flags=TtDataFlags.RESPONSE | TtDataFlags.FULL_TABLE, ttvn=7, vlans=[TtVlan(crc=0, vid=0)])
+    me = mesh.primary.mac
+    take(mesh.receive(1.2, "e0", build_frame(me, orig, UnicastTvlv(dst=me, src=orig, tvlvs=[response]))))
+    assert node.last_ttvn == 7 and table.origs[orig].ttvn == 7

@@ -12,7 +12,9 @@ APT_PACKAGES=(python3 python3-venv python3-dev gcc iproute2 tshark nftables iput
               # the unit's seccomp restrictions, applied without systemd (tests/daemon/unit_sandbox.py)
               python3-seccomp
               # tests: the state file's writes traced (strace), a daemon's address space capped (prlimit)
-              strace util-linux)
+              strace util-linux
+              # gateway tests: a DHCP server in a namespace (the binary only, no system service)
+              dnsmasq-base)
 
 ./scripts/apt-install.sh setup "${APT_PACKAGES[@]}"
 

@@ -119,6 +119,8 @@ TABLES = (
           lambda algo: tables.TRANSLOCAL_HEADER, ttvn=True, tt_filters=True),
     Table("transglobal", "tg", "transtable_global", "global translation table", tables.transglobal_line,
           lambda algo: tables.TRANSGLOBAL_HEADER, tt_filters=True),
+    Table("gateways", "gwl", "gateways", "gateways (* selected)", tables.gateway_line, tables.gateways_header,
+          needs_algo=True),
 )
 
 
@@ -293,8 +295,9 @@ def _refuse_unimplemented(setting: Setting) -> None:
         raise UsageError(setting.refused)
 
 
-# the daemon's settings that batctl has a command for (loglevel has its own, below)
-SETTINGS = tuple(_setting(s) for s in options.SETTINGS.values() if s.spec.batctl and s.name != "loglevel")
+# the daemon's settings that batctl has a command for (loglevel and gw_mode have their own, below)
+SETTINGS = tuple(_setting(s) for s in options.SETTINGS.values()
+                 if s.spec.batctl and s.name not in ("loglevel", "gw_mode"))
 LOGLEVEL = _setting(options.SETTINGS["loglevel"])
 
 
@@ -360,6 +363,88 @@ def run_loglevel(args) -> int:
         emit([dumps(value)] if args.json else tables.loglevel_lines(value))
         return 0
     client.request("set", {"setting": "loglevel", "value": loglevel_value(args.levels)})
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+# gw_mode, event
+
+GW_MODES = ("off", "client", "server")
+
+
+def batctl_throughput(text: str, description: str) -> int:
+    """batctl's parse_throughput: digits, optionally ending in kbit (the default unit) or
+    mbit (any case), in 100 kbit/s units as the kernel takes them."""
+    unit, digits = "kbit", text
+    if len(text) > 4 and text[-4:].lower() in ("kbit", "mbit"):
+        unit, digits = text[-4:].lower(), text[:-4]
+    if not digits.isdigit() or not digits.isascii():
+        raise UsageError(f"Invalid throughput speed for {description}: {text}")
+    value = int(digits) * 10 if unit == "mbit" else int(digits) // 100
+    if value > 2**32 - 1:
+        raise UsageError(f"Throughput speed for {description} too large: {text}")
+    return value
+
+
+def gw_settings(words: list[str], algo: str) -> list[list]:
+    """batctl gw MODE [sel_class|bandwidth] as the settings it changes, in the kernel's order
+    (bandwidths, mode, class); bandwidths go to the daemon in kbit/s. As batctl, a server's
+    bandwidth without "/UP" leaves the upload bandwidth as it is."""
+    if len(words) not in (1, 2):
+        raise UsageError("incorrect number of arguments (expected 1/2)")
+    mode = words[0]
+    if mode not in GW_MODES:
+        raise UsageError(f"the supplied argument is invalid: {mode} (allowed: off, client, server)")
+    bandwidths, sel_class = [], []
+    if len(words) == 2:
+        arg = words[1]
+        if mode == "off":
+            raise UsageError(f'unexpected argument for mode "off": {arg}')
+        if mode == "client" and algo == "BATMAN_V":
+            sel_class = [["gw_sel_class", batctl_throughput(arg, "sel_class")]]
+        elif mode == "client":
+            try:
+                sel_class = [["gw_sel_class", _c_ulong(arg)]]
+            except UsageError:
+                raise UsageError(f'unexpected argument for mode "client": {arg}') from None
+        else:
+            down, slash, up = arg.partition("/")
+            bandwidths = [["gw_bandwidth_down", batctl_throughput(down, "download gateway speed") * 100]]
+            if slash:
+                bandwidths.append(["gw_bandwidth_up", batctl_throughput(up, "upload gateway speed") * 100])
+    return bandwidths + [["gw_mode", mode]] + sel_class
+
+
+def run_gw_mode(args) -> int:
+    client = client_for(args)
+    state = client.request("gw") or {}
+    if not args.words:
+        emit([dumps(state) if args.json else tables.gw_mode_line(state)])
+        return 0
+    client.request("set_many", {"settings": gw_settings(list(args.words), state.get("algo", ""))})
+    return 0
+
+
+def run_event(args) -> int:
+    """batctl event: stream the mesh's uevents (gateway add/change/del) until Ctrl-C."""
+    stream = client_for(args).stream("events")
+    start = last = None
+    try:
+        for event in stream:
+            if args.json:
+                emit([dumps(event)])
+                continue
+            prefix = ""
+            now = float(event.get("time") or time.time())
+            if args.timestamp:
+                prefix = "%.6f: " % now
+            elif args.relative:
+                start = start if start is not None else now
+                prefix = "%.6f: " % (now - (last if last is not None else now))
+                last = now
+            emit([tables.event_line(event, prefix)])
+    except KeyboardInterrupt:
+        stream.close()
     return 0
 
 
@@ -504,6 +589,18 @@ def add_parsers(subparsers) -> None:
         p.add_argument("values", nargs="*", metavar="VALUE", help="new value (none: print the current one)")
         p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
         p.set_defaults(func=run_setting, setting=setting)
+
+    p = subparsers.add_parser("gw_mode", aliases=["gw"], help="gateway mode: off | client [sel_class] | "
+                                                            "server [down[/up]] (none: print the current one)")
+    p.add_argument("words", nargs="*", metavar="MODE [ARG]")
+    p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    p.set_defaults(func=run_gw_mode)
+
+    p = subparsers.add_parser("event", help="print the uevents (gateway add/change/del) as they happen")
+    p.add_argument("-t", dest="timestamp", action="store_true", help="print local timestamp")
+    p.add_argument("-r", dest="relative", action="store_true", help="print relative timestamp")
+    p.add_argument("--json", action="store_true", help="one JSON object per event")
+    p.set_defaults(func=run_event)
 
     p = subparsers.add_parser("hardif", help="hard-interface settings: hardif IFACE et|to|hp [VALUE]")
     p.add_argument("ifname")

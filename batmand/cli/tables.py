@@ -231,6 +231,54 @@ def routing_algos_lines(ra: Mapping) -> list[str]:
     return lines
 
 
+# ---------------------------------------------------------------------------------------
+# batctl gwl (cmd/gateways.c) and batctl gw (cmd/gw_mode.c); bandwidths in 100 kbit/s
+
+GATEWAYS_HEADER_IV = "  Router            ( TQ) Next Hop          [outgoingIf]  Bandwidth"
+GATEWAYS_HEADER_V = "  Router            ( throughput) Next Hop          [outgoingIf]  Bandwidth"
+
+
+def gateways_header(algo: str) -> str:
+    return GATEWAYS_HEADER_V if algo == "BATMAN_V" else GATEWAYS_HEADER_IV
+
+
+def _mbit(units) -> str:
+    units = int(units or 0)
+    return "%u.%u" % (units // 10, units % 10)
+
+
+def gateway_line(row: Mapping, names: Names = None) -> str:
+    best = "*" if row.get("best") else " "
+    if row.get("throughput") is not None:
+        throughput = int(row["throughput"])
+        metric = "(%9u.%1u)" % (throughput // 10, throughput % 10)
+    else:
+        metric = "(%3i)" % int(row.get("tq") or 0)
+    return "%c %s %s %s [%10s]: %s/%s MBit" % (best, mac_or_name(row.get("orig_address"), names), metric,
+                                               mac_or_name(row.get("router"), names), row.get("hard_ifname") or "",
+                                               _mbit(row.get("bandwidth_down")), _mbit(row.get("bandwidth_up")))
+
+
+def gw_mode_line(state: Mapping) -> str:
+    mode = state.get("gw_mode")
+    if mode == "off":
+        return "off"
+    if mode == "client":
+        if state.get("algo") == "BATMAN_V":
+            return "client (selection class: %s MBit)" % _mbit(state.get("gw_sel_class"))
+        return "client (selection class: %u)" % int(state.get("gw_sel_class") or 0)
+    if mode == "server":
+        return "server (announced bw: %s/%s MBit)" % (_mbit(state.get("gw_bandwidth_down")),
+                                                     _mbit(state.get("gw_bandwidth_up")))
+    return "unknown"
+
+
+def event_line(event: Mapping, prefix: str = "") -> str:
+    """One uevent of `batmanctl event`: bat0: uevent gw add 02:..."""
+    data = f" {event['data']}" if event.get("data") else ""
+    return f"{prefix}{event.get('meshif')}: uevent {event.get('type')} {event.get('action')}{data}"
+
+
 def setting_line(value, boolean: bool = False) -> str:
     """A setting as batctl prints it: booleans as enabled/disabled, numbers with %u."""
     if boolean:

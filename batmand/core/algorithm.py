@@ -37,6 +37,13 @@ class RoutingAlgorithm(Protocol):
     def originator_metric(self, neigh) -> int | None: ...  # the listing's value (batctl's units)
     def neighbour_metric(self, hardif_neigh) -> int | None: ...
 
+    # gateway selection (algo_ops.gw): the gateways are gateway.GatewayNode records
+    gw_sel_class_default: int
+    gw_sel_class_max: int
+    def gw_metric(self, orig_node) -> int | None: ...  # toward the gateway (tq, throughput); None: no route
+    def gw_best(self, gateways: list, sel_class: int): ...  # the one to select, or None
+    def gw_is_eligible(self, current, candidate, sel_class: int) -> bool: ...  # worth choosing again?
+
     # sequence numbers across restarts
     def seqno_state(self) -> dict: ...
     def restore_seqnos(self, state: dict, ahead: int) -> None: ...

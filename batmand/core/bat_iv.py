@@ -142,6 +142,50 @@ class BatmanIV:
     def neighbour_metric(hardif_neigh) -> None:
         return None  # IV's neighbour listing has no metric
 
+    # --- gateway selection (the kernel's algo_ops.gw for IV) ---------------------------------
+
+    gw_sel_class_default = 20  # switch to a gateway 20 TQ points better (late switch)
+    gw_sel_class_max = TQ_MAX
+
+    @staticmethod
+    def gw_metric(orig_node: OrigNode) -> int | None:
+        """The TQ toward a gateway's originator, None without a route (gwl leaves it out)."""
+        router = orig_node.router()
+        info = router.ifinfo_get(None) if router is not None else None
+        return _tq(info) if info is not None else None
+
+    def gw_best(self, gateways: list, sel_class: int):
+        """batadv_iv_gw_get_best_gw_node: class 1 maximises tq² · bandwidth down (ties to
+        the better TQ), the others take the best TQ; the first of equals wins."""
+        best, max_tq, max_factor = None, 0, 0
+        for gw in gateways:
+            tq = self.gw_metric(gw.orig_node)
+            if tq is None:
+                continue
+            factor = 0
+            if sel_class == 1:
+                factor = (tq * tq * gw.bandwidth_down * 100 * 100) >> 18
+                if factor > max_factor or (factor == max_factor and tq > max_tq):
+                    best = gw
+            elif tq > max_tq:
+                best = gw
+            max_tq, max_factor = max(max_tq, tq), max(max_factor, factor)
+        return best
+
+    def gw_is_eligible(self, current, candidate, sel_class: int) -> bool:
+        """batadv_iv_gw_is_eligible: whether `candidate` (a gateway that just announced
+        itself) should make us choose again. Classes 1 and 2 never switch on their own; 3
+        switches to any gateway as good; from 4 on it must be sel_class TQ points better."""
+        if sel_class <= 2:
+            return False
+        current_tq = self.gw_metric(current.orig_node) if current is not None else None
+        if current_tq is None:
+            return True
+        candidate_tq = self.gw_metric(candidate.orig_node)
+        if candidate_tq is None or candidate_tq < current_tq:
+            return False
+        return not (sel_class > 3 and candidate_tq - current_tq < sel_class)
+
     # --- evidence that an entry is real (which entries a full table keeps) ------------------
 
     @staticmethod

@@ -185,6 +185,44 @@ class BatmanV:
         for mac, seqno in (state.get("elp_seqno") or {}).items():
             self._saved_elp[mac] = (seqno + 2 * ahead) & 0xFFFFFFFF
 
+    # --- gateway selection (the kernel's algo_ops.gw for V) ------------------------------------
+
+    gw_sel_class_default = 50  # switch to a gateway 5 Mbit/s better
+    gw_sel_class_max = THROUGHPUT_MAX
+
+    @staticmethod
+    def gw_metric(orig_node: OrigNode) -> int | None:
+        """The path throughput toward a gateway's originator (100 kbit/s), None without a route."""
+        router = orig_node.router()
+        info = router.ifinfo_get(None) if router is not None else None
+        return _throughput(info) if info is not None else None
+
+    def _gw_throughput(self, gw) -> int | None:
+        """batadv_v_gw_throughput_get: what a client can expect through this gateway, the
+        smaller of the path throughput and its announced download bandwidth."""
+        path = self.gw_metric(gw.orig_node)
+        return None if path is None else min(path, gw.bandwidth_down)
+
+    def gw_best(self, gateways: list, sel_class: int):
+        """batadv_v_gw_get_best_gw_node: the most throughput; the first of equals wins."""
+        best, max_bw = None, 0
+        for gw in gateways:
+            bw = self._gw_throughput(gw)
+            if bw is None or (best is not None and bw <= max_bw):
+                continue
+            best, max_bw = gw, bw
+        return best
+
+    def gw_is_eligible(self, current, candidate, sel_class: int) -> bool:
+        """batadv_v_gw_is_eligible: switch when the candidate gives at least sel_class
+        (100 kbit/s) more than the current gateway, or the current one has no route or has
+        left the gateway list."""
+        current_bw = self._gw_throughput(current) if current is not None and current.listed else None
+        if current_bw is None:
+            return True
+        candidate_bw = self._gw_throughput(candidate)
+        return candidate_bw is not None and candidate_bw - current_bw >= sel_class
+
     # --- evidence that an entry is real (which entries a full table keeps) ---------------------
 
     @staticmethod

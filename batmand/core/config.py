@@ -99,6 +99,27 @@ class Throughput(Range):
 
 
 @dataclass(frozen=True)
+class SelClass(Range):
+    """The gateway selection class in the kernel's units: an integer (IV: TQ points; V: 100
+    kbit/s), or for V a throughput with its unit as batctl writes it ("5mbit"). The routing
+    algorithm bounds it further (IV: 255)."""
+
+    lo: int = 1
+    hi: int = U32_MAX
+
+    def parse(self, raw):
+        if raw is None:
+            return None  # the routing algorithm's default
+        if isinstance(raw, str) and re.search(r"[kmg]bit\s*$", raw.strip().lower()):
+            kbit = Throughput().parse(raw)
+            return super().parse(kbit // 100)
+        return super().parse(raw)
+
+    def describe(self) -> str:
+        return f"{super().describe()}, or a throughput such as 5mbit (B.A.T.M.A.N. V)"
+
+
+@dataclass(frozen=True)
 class Flag:
     def parse(self, raw) -> bool:
         if isinstance(raw, bool):
@@ -273,6 +294,17 @@ class MeshConfig:
                                help="penalty of every hop, mesh wide (batctl hp)")
     aggregation: bool = setting(True, FLAG, batctl=("aggregation", "ag"), help="OGM aggregation (batctl ag)")
     fragmentation: bool = setting(True, FLAG, batctl=("fragmentation", "f"), help="fragmentation (batctl f)")
+    # gateway mode (core/gateway.py): batctl gw sets these three together
+    gw_mode: str = setting("off", Choice(("off", "client", "server")), batctl=("gw_mode", "gw"),
+                           help="gateway mode: off, client (select a gateway for DHCP) or server (announce one)")
+    # None: the routing algorithm's default (IV 20 TQ points, V 50 = 5 Mbit/s), filled in by
+    # the daemon; its upper bound is the algorithm's too (IV 255)
+    gw_sel_class: int | None = setting(None, SelClass(), example="20",
+                                       help="gateway selection class: IV 1 (TQ and bandwidth), 2 (stable), 3 (fast "
+                                            "switch) or 4..255 (switch at that many TQ points better; default 20); "
+                                            "V the throughput gain to switch (default 5mbit)")
+    gw_bandwidth_down: int = setting(10_000, Throughput(), help="download bandwidth a gateway server announces")
+    gw_bandwidth_up: int = setting(2_000, Throughput(), help="upload bandwidth a gateway server announces")
     # the kernel's features batmand does not have yet, with the kernel's defaults
     # (batadv_meshif_init_late); refused until their module exists and removes `feature`
     ap_isolation: bool = setting(False, FLAG, batctl=("ap_isolation", "ap"), help="AP isolation (batctl ap)",

@@ -61,3 +61,13 @@ class IcmpResult:
     ttl: int
     now: float
     rr: tuple = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Uevent:
+    """What the kernel announces as a uevent of the mesh interface (BATTYPE, BATACTION,
+    BATDATA): e.g. gw add/change with the gateway's originator, gw del without data."""
+
+    type: str  # "gw"
+    action: str  # "add", "change", "del"
+    data: str | None = None

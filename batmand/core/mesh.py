@@ -21,6 +21,7 @@ from .counters import Counters
 from .events import Deliver, Transmit
 from . import fragmentation
 from .fragmentation import Reassembly
+from .gateway import Gateway
 from .hardif import HardInterface
 from .hooks import HostHooks
 from .icmp import Icmp
@@ -50,6 +51,11 @@ class Mesh:
         self.ifaces: list[HardInterface] = []
         self.primary: HardInterface | None = None
         self.log = lambda message: None  # the daemon routes this to its logger
+        self.debug = lambda message: None  # the kernel's debug-log lines (batadv_dbg)
+        self._setting_watchers: dict[str, list] = {}  # setting -> [callback(now, name, old value)]
+        self._setting_checks: dict[str, list] = {}  # setting -> [check(name, new value)]
+        self._orig_removed: list = []  # [callback(orig_node)]: an originator leaves the table
+        self._after_purge: list = []  # [callback(now)]: the end of each originator worker run
         if self.config.routing_algo not in ALGORITHMS:
             raise ValueError(f"routing algorithm {self.config.routing_algo} is not available "
                              f"(choose {', '.join(ALGORITHMS)})")
@@ -67,6 +73,7 @@ class Mesh:
         self.broadcast = Broadcast(self)
         self.routing = Routing(self)
         self.icmp = Icmp(self)
+        self.gateway = Gateway(self)
         self.reassembly = Reassembly(self.counters, self.config)
         self.frag_seqno = self.rng.getrandbits(16)
         self._actions: list = []
@@ -140,6 +147,42 @@ class Mesh:
         link.speed_mbit, link.full_duplex = speed_mbit, full_duplex
         if stations is not None:
             link.stations = stations
+
+    def set_option(self, now: float, name: str, value) -> list:
+        """A mesh setting changed (checked against the schema already): the features that
+        watch it check it first (SettingError: nothing changes), then react, as the
+        kernel's netlink set does (gw_mode elects again...)."""
+        for check in self._setting_checks.get(name, ()):
+            check(name, value)
+        old = getattr(self.config, name)
+        setattr(self.config, name, value)
+        for watcher in self._setting_watchers.get(name, ()):
+            watcher(now, name, old)
+        return self._take()
+
+    def on_setting(self, names, watcher, check=None) -> None:
+        """For the features: watcher(now, name, old value) after one of these settings is
+        set; check(name, value) before, raising SettingError for a value it cannot take."""
+        for name in names:
+            self._setting_watchers.setdefault(name, []).append(watcher)
+            if check is not None:
+                self._setting_checks.setdefault(name, []).append(check)
+
+    def on_originator_removed(self, callback) -> None:
+        """For the features: callback(orig_node) when an originator leaves the table."""
+        self._orig_removed.append(callback)
+
+    def on_purge(self, callback) -> None:
+        """For the features: callback(now) at the end of each originator worker run."""
+        self._after_purge.append(callback)
+
+    def tell_originator_removed(self, orig_node: OrigNode) -> None:
+        for callback in self._orig_removed:
+            callback(orig_node)
+
+    def tell_purged(self, now: float) -> None:
+        for callback in self._after_purge:
+            callback(now)
 
     def set_mtu(self, name: str, mtu: int) -> None:
         """The interface's MTU changed: fragment to the new size from now on."""

@@ -58,6 +58,7 @@ class Routes:
                 self.update(orig_node, outif, None)
         mesh.tt.global_del_orig(orig_node)
         mesh.route_changed(orig_node)
+        mesh.tell_originator_removed(orig_node)
 
     def purge(self, now: float) -> None:
         """The originator worker (every second): time out neighbours and originators, and
@@ -85,3 +86,4 @@ class Routes:
                 if not mesh.algo.neigh_has_evidence(iface, neigh):
                     iface.eviction.keep(addr)
             iface.eviction.prune(iface.neighbours)
+        mesh.tell_purged(now)

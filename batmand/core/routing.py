@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from batmand.wire import InnerFrame, Mac, Unicast, Unicast4AddrSubtype, UnicastTvlv, WireError
+from batmand.wire import InnerFrame, Mac, Unicast, Unicast4Addr, Unicast4AddrSubtype, UnicastTvlv, WireError
 from batmand.wire.constants import ETH_P_BATMAN, VLAN_HAS_TAG, PacketType, TtClientFlags as F
 from batmand.wire.ethernet import Ethernet
 
@@ -90,17 +90,30 @@ class Routing:
         orig = mesh.tt.best_orig(inner.h_dest, vid)
         orig_node = mesh.originators.get(orig) if orig is not None else None
         if orig_node is None:
-            mesh.counters["tx_dropped"] += 1
             mesh.counters.drop("tx_unknown_unicast")  # the kernel never floods unknown unicast
-            return
+        self.send_unicast_from_host(now, inner, orig_node)
+
+    def send_unicast_from_host(self, now: float, inner: InnerFrame, orig_node, *, four_addr: bool = False) -> bool:
+        """batadv_send_skb_unicast: a host frame as UNICAST (or UNICAST_4ADDR DATA, from our
+        primary address) to `orig_node` (None: there is none, the frame is dropped)."""
+        mesh = self.mesh
+        data = inner.encode()
+        if orig_node is None or mesh.primary is None:
+            mesh.counters["tx_dropped"] += 1
+            return False
         ttvn = orig_node.last_ttvn
-        if mesh.tt.is_roaming(inner.h_dest, vid):
+        if mesh.tt.is_roaming(inner.h_dest, inner_vid(inner)):
             ttvn = (ttvn - 1) & 0xFF  # makes the destination re-check the client's owner
-        packet = Unicast(ttvn=ttvn, dest=orig_node.orig, inner=inner).encode()
+        if four_addr:
+            packet = Unicast4Addr(ttvn=ttvn, dest=orig_node.orig, src=mesh.primary.mac,
+                                  subtype=Unicast4AddrSubtype.DATA, inner=inner).encode()
+        else:
+            packet = Unicast(ttvn=ttvn, dest=orig_node.orig, inner=inner).encode()
         if self.send_to_orig(now, packet, orig_node, None, priority_of(data)):
             mesh.counters.add("tx", len(data))
-        else:
-            mesh.counters["tx_dropped"] += 1
+            return True
+        mesh.counters["tx_dropped"] += 1
+        return False
 
     # --- receiving -------------------------------------------------------------------------------
 

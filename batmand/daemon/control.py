@@ -14,6 +14,7 @@ import struct
 
 from batmand.core import ping
 from batmand.core.config import FLAG, HARDIF_SETTINGS, SettingError, check_rules
+from batmand.core.gateway import resolve_sel_class
 from batmand.core.ping import PingSession, TracerouteSession
 from batmand.wire import Mac
 from batmand.wire.constants import TTL
@@ -22,6 +23,7 @@ from . import options, protocol, tables
 from .links import sysfs_int
 
 log = logging.getLogger("batmand.control")
+EVENT_POLL = 2.0  # seconds: how soon an event stream notices its client went away
 
 
 class CommandError(Exception):
@@ -288,25 +290,75 @@ class ControlServer:
         value = options.value_of(self.service.options, self._setting(args))
         return int(value) if isinstance(value, bool) else value
 
-    async def cmd_set(self, args, writer):
-        """A live mesh setting, checked against its range and the rules between keys."""
+    def _checked(self, args, config):
+        """(setting, value) for a live mesh setting, checked against its range and the rules
+        between keys as they would be in `config`."""
         setting = self._setting(args)
         if not setting.live:
             raise CommandError(f"{setting.name} cannot change while batmand runs: set it in the configuration file; "
                                "it takes effect after a restart")
         if setting.scope != "mesh":
             raise CommandError(f"{setting.name}: add and remove interfaces with if_add / if_del")
-        running = self.service.options.mesh  # the mesh's own config
         elps = {f"{i.name} elp_interval": i.settings.elp_interval for i in self.service.mesh.ifaces}
         try:
             value = setting.parse(args.get("value"))
-            check_rules(dataclasses.replace(running, **{setting.name: value}),
+            check_rules(dataclasses.replace(config, **{setting.name: value}),
                         elps | options.elp_intervals(self.service.options.hardif), changed=setting.name)
+            if setting.name == "gw_sel_class":
+                resolve_sel_class(dataclasses.replace(config, gw_sel_class=value), self.service.mesh.algo)
         except SettingError as exc:
             raise CommandError(str(exc)) from None
-        options.store(self.service.options, setting, value)
+        return setting, value
+
+    def _store(self, setting, value) -> None:
+        try:
+            self.service.set_option(setting, value)
+        except SettingError as exc:
+            raise CommandError(str(exc)) from None
         log.info("setting %s changed to %s", setting.name, value)
+
+    async def cmd_set(self, args, writer):
+        """A live mesh setting, checked against its range and the rules between keys."""
+        setting, value = self._checked(args, self.service.options.mesh)
+        self._store(setting, value)
         return await self.cmd_get({"setting": setting.name}, writer)
+
+    async def cmd_set_many(self, args, writer):
+        """Several live settings at once, in the order given (batctl gw server 50mbit/10mbit
+        sets three): all are checked before any changes."""
+        items = args.get("settings")
+        if not isinstance(items, list) or not all(isinstance(i, list) and len(i) == 2 for i in items):
+            raise CommandError("set_many: settings must be a list of [name, value] pairs")
+        config, checked = self.service.options.mesh, []
+        for name, raw in items:
+            setting, value = self._checked({"setting": name, "value": raw}, config)
+            config = dataclasses.replace(config, **{setting.name: value})
+            checked.append((setting, value))
+        for setting, value in checked:
+            self._store(setting, value)
+        return {s.name: options.value_of(self.service.options, s) for s, _ in checked}
+
+    # --- gateway mode and events ---------------------------------------------------------------
+
+    async def cmd_gateways(self, args, writer):
+        return tables.gateways(self.service.mesh, self.service.ifindex)
+
+    async def cmd_gw(self, args, writer):
+        return self.service.mesh.gateway.state()
+
+    async def cmd_events(self, args, writer):
+        """Stream the uevents (batmanctl event) until the client goes away."""
+        queue = self.service.events.listen()
+        try:
+            while not writer.is_closing():
+                try:
+                    record = await asyncio.wait_for(queue.get(), EVENT_POLL)
+                except asyncio.TimeoutError:
+                    continue  # look whether the client is still there
+                writer.write(protocol.encode({"event": record}))
+                await writer.drain()
+        finally:
+            self.service.events.unlisten(queue)
 
     # --- interfaces ---------------------------------------------------------------------------
 

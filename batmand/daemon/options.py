@@ -17,6 +17,10 @@ from dataclasses import dataclass, field
 from batmand.core.config import (FLAG, HARDIF_SETTINGS, IFNAME, MESH_SETTINGS, Choice, ListOf, MeshConfig, Range,
                                  Setting, SettingError, Text, check_rules, setting, settings_of)
 
+from batmand.core.algorithm import ALGORITHMS
+from batmand.core.gateway import resolve_sel_class
+from batmand.core import mesh as _mesh  # noqa: F401 - registers the routing algorithms
+
 from .protocol import default_socket_path
 
 MAX_WORKERS = 64
@@ -76,6 +80,10 @@ class Options:
                                  help="a group that may use the control socket")
     control_max_request: int = setting(65536, Range(1024, 16 * 1024 * 1024, "bytes"), live=False,
                                        help="the longest control request line")
+    event_hook: str | None = setting(None, Text(r"/[^\0]*", "an absolute path of an executable", optional=True),
+                                     live=False, example='"/etc/batmand/event-hook"',
+                                     help="run on each uevent (gateway add/change/del) with BATTYPE, BATACTION, "
+                                          "BATDATA and INTERFACE in its environment, as hotplug scripts get them")
     mac: str | None = setting(None, UnicastMac(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}", "a unicast MAC address",
                                                optional=True), live=False, example='"02:00:00:00:00:01"',
                               help="soft interface MAC (default: a random locally administered one)")
@@ -235,6 +243,7 @@ def _load(args) -> Options:
     _apply(options, cli, "command line")
     try:
         check_rules(options.mesh, elp_intervals(options.hardif))
+        resolve_sel_class(options.mesh, ALGORITHMS[options.mesh.routing_algo])
     except SettingError as exc:
         raise OptionsError(str(exc)) from None
     return options

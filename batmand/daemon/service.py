@@ -18,13 +18,14 @@ import socket
 import time
 
 from batmand.core.config import HardifConfig
-from batmand.core.events import Deliver, ForwardingUpdate, IcmpResult, Transmit
+from batmand.core.events import Deliver, ForwardingUpdate, IcmpResult, Transmit, Uevent
 from batmand.core.mesh import Mesh
 from batmand.wire import Mac
 
 from batmand.dataplane.pool import InlineDataPlane, WorkerPool
 
 from .control import ControlServer
+from .events import Events
 from . import protocol, state
 from .links import link_speed
 from .netlink import Link, LinkMonitor
@@ -54,6 +55,7 @@ class Service:
         self.ifindex: dict[str, int] = {}
         self.dataplane: InlineDataPlane | WorkerPool | None = None
         self.control = ControlServer(self, options.socket_path, options.control_group, options.control_max_request)
+        self.events = Events(options.meshif, options.event_hook)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = float("inf")
         self._icmp: dict[int, tuple[object, asyncio.Event]] = {}
@@ -114,6 +116,7 @@ class Service:
         self.softif = SoftInterface(opts.meshif, mac, opts.mesh.mtu, queues=max(1, opts.workers))
         self.mesh = Mesh(opts.mesh, soft_mac=Mac(self.softif.mac), now=self.now())
         self.mesh.log = lambda message: log.warning("%s", message)
+        self.mesh.debug = lambda message: log.debug("%s", message)
         housekeeping = None
         try:
             self.links = LinkMonitor()
@@ -202,7 +205,7 @@ class Service:
 
     def reload(self) -> None:
         """SIGHUP: read the configuration again; apply what can change while running."""
-        from .options import SETTINGS, OptionsError, load, store, value_of
+        from .options import SETTINGS, OptionsError, load, value_of
 
         self.notifier.send(RELOADING=1)
         try:
@@ -218,7 +221,7 @@ class Service:
             if wanted == running:
                 continue
             if setting.live:
-                store(self.options, setting, wanted)
+                self.set_option(setting, wanted)
                 log.info("%s changed to %s", setting.name, wanted)
             else:
                 log.warning("%s changed in the configuration; it takes effect after a restart", setting.name)
@@ -241,6 +244,14 @@ class Service:
         log.info("configuration reloaded")
         self.notifier.send(READY=1, STATUS=self._status())
 
+    def set_option(self, setting, value) -> None:
+        """A live setting, already checked: the mesh's go through the core (its features
+        react to them, as the kernel's netlink set does)."""
+        if setting.scope == "mesh":
+            self._apply(self.mesh.set_option(self.now(), setting.name, value))
+        else:
+            setattr(self.options, setting.name, value)
+
     def stop(self) -> None:
         if self._stopped is not None:
             self._stopped.set()
@@ -262,6 +273,7 @@ class Service:
             self.links.close()
             self.links = None
         await self.control.close()
+        await self.events.close()
         for lock in self._locks:
             if isinstance(lock, socket.socket):
                 lock.close()
@@ -506,6 +518,8 @@ class Service:
                     self.mesh.counters.drop(dropped)
             elif isinstance(action, ForwardingUpdate):
                 self.dataplane.apply(action)
+            elif isinstance(action, Uevent):
+                self.events.publish(action)
             elif isinstance(action, IcmpResult):
                 entry = self._icmp.get(action.uid)
                 if entry is not None:

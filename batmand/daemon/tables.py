@@ -32,6 +32,10 @@ def neighbors(mesh: Mesh, now: float, ifindex: dict) -> list[dict]:
     return _with_ifindex(mesh.neighbour_rows(now), ifindex)
 
 
+def gateways(mesh: Mesh, ifindex: dict) -> list[dict]:
+    return _with_ifindex(mesh.gateway.rows(), ifindex)
+
+
 def transtable_local(mesh: Mesh, now: float) -> list[dict]:
     return mesh.tt.local_rows(now)
 

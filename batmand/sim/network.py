@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from batmand.core.config import MeshConfig
-from batmand.core.events import Deliver, ForwardingUpdate, IcmpResult, Transmit
+from batmand.core.events import Deliver, ForwardingUpdate, IcmpResult, Transmit, Uevent
 from batmand.core.forwarding import ForwardingTable
 from batmand.core.mesh import Mesh
 from batmand.wire import Mac
@@ -30,6 +30,7 @@ class SimNode:
     fwd: ForwardingTable = field(default_factory=ForwardingTable)
     delivered: list[tuple[float, bytes]] = field(default_factory=list)
     icmp: list[IcmpResult] = field(default_factory=list)
+    uevents: list[tuple[float, Uevent]] = field(default_factory=list)
     transmitted: int = 0
     timer_at: float = float("inf")
     up: bool = True
@@ -128,6 +129,8 @@ class Network:
                 node.fwd.apply(action)
             elif isinstance(action, IcmpResult):
                 node.icmp.append(action)
+            elif isinstance(action, Uevent):
+                node.uevents.append((self.now, action))
         deadline = node.mesh.next_deadline()
         if deadline < node.timer_at:
             node.timer_at = deadline
@@ -177,6 +180,10 @@ class Network:
     def host_send(self, name: str, frame: bytes) -> None:
         node = self.nodes[name]
         self._handle(node, node.mesh.soft_iface_frame(self.now, frame))
+
+    def set_option(self, name: str, key: str, value) -> None:
+        node = self.nodes[name]
+        self._handle(node, node.mesh.set_option(self.now, key, value))
 
     def ping(self, name: str, dst: Mac, seqno: int, ttl: int = 50, uid: int = 0, record_route: bool = False) -> None:
         node = self.nodes[name]

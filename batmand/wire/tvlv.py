@@ -43,21 +43,24 @@ class UnknownTvlv:
 
 @dataclass(slots=True)
 class GatewayTvlv:
-    """GW v1: advertised bandwidth in units of 100 kbit/s (batadv_tvlv_gateway_data)."""
+    """GW v1: advertised bandwidth in units of 100 kbit/s (batadv_tvlv_gateway_data). A
+    longer value is read by its first 8 bytes, as the kernel reads it (`extra` keeps the
+    rest for re-encoding); a shorter one is malformed."""
 
     TYPE: ClassVar[int] = TvlvType.GW
     VERSION: ClassVar[int] = 1
     bandwidth_down: int
     bandwidth_up: int
+    extra: bytes = b""
 
     @classmethod
     def decode_value(cls, value: bytes):
-        if len(value) != _GW.size:
+        if len(value) < _GW.size:
             return None
-        return cls(*_GW.unpack(value))
+        return cls(*_GW.unpack_from(value), extra=bytes(value[_GW.size:]))
 
     def encode_value(self) -> bytes:
-        return _GW.pack(self.bandwidth_down, self.bandwidth_up)
+        return _GW.pack(self.bandwidth_down, self.bandwidth_up) + self.extra
 
 
 @dataclass(slots=True)

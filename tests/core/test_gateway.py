@@ -267,6 +267,12 @@ def test_servers_announce_and_the_client_selects_the_best_tq_and_sends_dhcp_ther
     assert not net.nodes["G1"].delivered and not net.nodes["O"].delivered
     # G2 learnt the host as a (temporary) client of C, so its unicast answer finds the way back
     assert net.nodes["G2"].mesh.tt.best_orig(CLIENT, 0) == net.nodes["C"].orig
+    # so do DHCPv6 requests (to ff02::1:2) and requests on a VLAN of bat0
+    net.nodes["C"].mesh.set_vlans(net.now, {5})
+    for request in (dhcpv6(CLIENT, 546, 547), dhcp_discover(vid=5)):
+        sent = [p for p in _sent_by(net, "C", lambda: (net.host_send("C", request), net.run_for(0.05)))
+                if not isinstance(p, IvOgm)]
+        assert [(type(p), p.dest, p.inner.encode()) for p in sent] == [(Unicast4Addr, net.nodes["G2"].orig, request)]
     # anything else the host broadcasts is still flooded
     arp = b"\xff" * 6 + bytes(CLIENT) + b"\x08\x06" + bytes(28)
     assert any(isinstance(p, Bcast) for p in _sent_by(net, "C", lambda: (net.host_send("C", arp),

@@ -56,6 +56,15 @@ def jittered(mesh, now: float, interval_ms: int) -> float:
     return now + (interval_ms - jitter + mesh.rng.randrange(2 * jitter)) / 1000.0
 
 
+def routed_metric(algo, orig_node) -> int | None:
+    """The metric of our own (default) router toward `orig_node`, None without a route:
+    what the gateway operations compare (the kernel's router_ifinfo for BATADV_IF_DEFAULT)."""
+    router = orig_node.router()
+    if router is None or router.ifinfo_get(None) is None:
+        return None
+    return algo.metric(router)
+
+
 ALGORITHMS: dict[str, type] = {}
 
 

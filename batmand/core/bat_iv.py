@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from batmand.wire import BROADCAST, IvOgm, Mac, OgmFlags, build_frame
 from batmand.wire.constants import TTL, PacketType
 
-from .algorithm import jittered, register
+from .algorithm import jittered, register, routed_metric
 from .bitarray import WINDOW_SIZE, bit_get_packet, popcount, seq_diff32, window_protected
 from .hardif import HardInterface
 from .originator import NeighIfInfo, NeighNode, OrigIfInfo, OrigNode
@@ -147,12 +147,9 @@ class BatmanIV:
     gw_sel_class_default = 20  # switch to a gateway 20 TQ points better (late switch)
     gw_sel_class_max = TQ_MAX
 
-    @staticmethod
-    def gw_metric(orig_node: OrigNode) -> int | None:
+    def gw_metric(self, orig_node: OrigNode) -> int | None:
         """The TQ toward a gateway's originator, None without a route (gwl leaves it out)."""
-        router = orig_node.router()
-        info = router.ifinfo_get(None) if router is not None else None
-        return _tq(info) if info is not None else None
+        return routed_metric(self, orig_node)
 
     def gw_best(self, gateways: list, sel_class: int):
         """batadv_iv_gw_get_best_gw_node: class 1 maximises tq² · bandwidth down (ties to

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from batmand.wire import BROADCAST, ELP_TVLV_PADDING, Elp, Mac, Ogm2, build_frame
 from batmand.wire.constants import TTL, PacketType
 
-from .algorithm import jittered, register
+from .algorithm import jittered, register, routed_metric
 from .bitarray import seq_diff32, window_protected
 from .hardif import HardInterface, HardifNeigh
 from .originator import NeighIfInfo, NeighNode, OrigNode
@@ -190,12 +190,9 @@ class BatmanV:
     gw_sel_class_default = 50  # switch to a gateway 5 Mbit/s better
     gw_sel_class_max = THROUGHPUT_MAX
 
-    @staticmethod
-    def gw_metric(orig_node: OrigNode) -> int | None:
+    def gw_metric(self, orig_node: OrigNode) -> int | None:
         """The path throughput toward a gateway's originator (100 kbit/s), None without a route."""
-        router = orig_node.router()
-        info = router.ifinfo_get(None) if router is not None else None
-        return _throughput(info) if info is not None else None
+        return routed_metric(self, orig_node)
 
     def _gw_throughput(self, gw) -> int | None:
         """batadv_v_gw_throughput_get: what a client can expect through this gateway, the

@@ -25,7 +25,7 @@ from batmand.sim.network import Network
 from batmand.sim.replay import replay
 from batmand.wire import (Bcast, GatewayTvlv, InnerFrame, IvOgm, Mac, Unicast, Unicast4Addr, WireError,
                           decode_frame)
-from batmand.wire.constants import PacketType, TvlvType
+from batmand.wire.constants import TvlvType
 from tests.conftest import PCAP_DIR
 
 CLIENT = Mac("02:cc:00:00:00:01")

@@ -24,6 +24,7 @@ from .originator import OrigNode
 
 OFF, CLIENT, SERVER = "off", "client", "server"
 KBIT_PER_UNIT = 100  # the GW container's bandwidths are in 100 kbit/s
+GW_CONTAINER_SIZE = 4 + 8  # TVLV header, down and up
 SETTINGS = ("gw_mode", "gw_sel_class", "gw_bandwidth_down", "gw_bandwidth_up")
 
 
@@ -66,7 +67,7 @@ class Gateway:
         self.selected: GatewayNode | None = None
         self.reselect = False
         mesh.tvlv.handle_ogm(TvlvType.GW, GatewayTvlv.VERSION, self._ogm_container, when_absent=True)
-        mesh.tvlv.contribute(self._container)
+        mesh.tvlv.contribute(self._container, reserve=GW_CONTAINER_SIZE)
         mesh.hooks.on_host_tx(GATEWAY_DHCP, self._host_tx)
         mesh.on_setting(SETTINGS, self._setting_changed, check=self._check_setting)
         mesh.on_originator_removed(self._originator_removed)

@@ -28,8 +28,8 @@ class TvlvRegistry:
     def __init__(self) -> None:
         self._ogm: dict[tuple[int, int], _OgmHandler] = {}
         self._unicast: dict[tuple[int, int], UnicastHandler] = {}
-        self._containers: list[tuple[Builder, bool]] = []
-        self.fixed_bytes = 0  # what the containers of fixed size took in our last OGM
+        self._containers: list[tuple[Builder, bool, int | None]] = []
+        self._measured: dict[int, int] = {}  # what each fixed container took in our last OGM
 
     def handle_ogm(self, ttype: int, version: int, handler: OgmHandler, *, when_absent: bool = False) -> None:
         self._ogm[(ttype, version)] = _OgmHandler(handler, when_absent)
@@ -37,11 +37,19 @@ class TvlvRegistry:
     def handle_unicast(self, ttype: int, version: int, handler: UnicastHandler) -> None:
         self._unicast[(ttype, version)] = handler
 
-    def contribute(self, builder: Builder, *, flexible: bool = False) -> None:
+    def contribute(self, builder: Builder, *, flexible: bool = False, reserve: int | None = None) -> None:
         """A container of our OGMs, built right before each one; builder(now, room) returns
         it or None. A flexible one (TT: it can leave its diff out) is built after the
-        others, with the room they left."""
-        self._containers.append((builder, flexible))
+        others, with the room they left. `reserve`: the most bytes a fixed one takes (GW:
+        12), kept free for it even while it is not sent, so that what the flexible one
+        took on (TT's VLANs) still fits once it is."""
+        self._containers.append((builder, flexible, reserve))
+
+    @property
+    def fixed_bytes(self) -> int:
+        """The room the fixed containers take: their reserve, or what they took last."""
+        return sum(reserve if reserve is not None else self._measured.get(i, 0)
+                   for i, (_, flexible, reserve) in enumerate(self._containers) if not flexible)
 
     # --- used by the core --------------------------------------------------------------------
 
@@ -77,7 +85,7 @@ class TvlvRegistry:
         """Our OGM's containers, in registration order, within `room` bytes in all."""
         built: dict[int, object] = {}
         for flexible_pass in (False, True):
-            for i, (build, flexible) in enumerate(self._containers):
+            for i, (build, flexible, _) in enumerate(self._containers):
                 if flexible != flexible_pass:
                     continue
                 tvlv = build(now, room)
@@ -85,7 +93,7 @@ class TvlvRegistry:
                     built[i] = tvlv
                     room -= container_size(tvlv)
             if not flexible_pass:
-                self.fixed_bytes = sum(container_size(t) for t in built.values())
+                self._measured = {i: container_size(t) for i, t in built.items()}
         return [built[i] for i in sorted(built)]
 
 

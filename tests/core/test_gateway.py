@@ -453,3 +453,25 @@ def test_a_gateway_client_sends_the_kernels_dhcp_frames():
     packets = [_decoded(d) for _, d in result.transmitted]
     assert not any(isinstance(p, Bcast) and p.inner.h_proto == 0x0800 for p in packets)
     assert result.mesh.gateway.rows() == []
+
+
+def test_a_node_full_of_vlans_still_fits_its_ogm_when_it_becomes_a_gateway():
+    """The GW container's 12 bytes stay reserved while the node is no gateway, so that the
+    VLANs TT took on meanwhile never push the OGM past the 512 bytes older kernels read."""
+    net = _mesh()
+    net.link("C", "G1")
+    net.run_for(1)
+    g1 = net.nodes["G1"].mesh
+    g1.set_vlans(net.now, set(range(1, 101)))
+    net.run_for(1)
+    accepted = len(g1.vlans())
+    assert 40 < accepted < 100
+    net.set_option("G1", "gw_mode", "server")
+    for _ in range(8):  # the VLANs' own entries are announced over the next OGMs
+        net.run_for(0.2)
+        size = 24 + sum(4 + len(t.encode_value()) for t in g1.ogm_tvlvs(net.now))
+        assert size <= 512
+    assert any(isinstance(t, GatewayTvlv) for t in g1.ogm_tvlvs(net.now))
+    # one more VLAN (beside the untagged one) would not have fitted: OGM header, TT header and
+    # data, a VLAN entry each, and the GW container
+    assert 24 + 8 + (accepted + 2) * 8 + 12 > 512

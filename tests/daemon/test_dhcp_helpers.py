@@ -7,7 +7,8 @@ import shutil
 
 import pytest
 
-from batmand.wire import BROADCAST, Bcast, InnerFrame, Mac, PacketType, Unicast, Unicast4Addr, build_frame
+from batmand.wire import (BROADCAST, Bcast, InnerFrame, Mac, PacketType, Unicast, Unicast4Addr, Unicast4AddrSubtype,
+                          build_frame)
 from tests.daemon.daemons import link_mac, linked_namespaces
 from tests.daemon.dhcp import (DhcpTimeout, capture, dhcpv4_discover, dhcpv6_solicit, dnsmasq, inner_udp, send_raw,
                                udhcpc)
@@ -62,10 +63,11 @@ def test_capture_counts_batman_frames_by_type_and_finds_the_dhcp_in_them():
         solicit = InnerFrame.decode(dhcpv6_solicit(host))
         assert inner_udp(discover.h_proto, discover.payload) == (68, 67)
         assert inner_udp(solicit.h_proto, solicit.payload) == (546, 547)
+        data = Unicast4AddrSubtype.DATA
         frames = [
             build_frame(BROADCAST, src, Bcast(seqno=1, orig=src, inner=discover)),
-            build_frame(dst, src, Unicast4Addr(ttvn=1, dest=dst, src=src, subtype=0, inner=discover)),
-            build_frame(dst, src, Unicast4Addr(ttvn=1, dest=dst, src=src, subtype=0, inner=solicit)),
+            build_frame(dst, src, Unicast4Addr(ttvn=1, dest=dst, src=src, subtype=data, inner=discover)),
+            build_frame(dst, src, Unicast4Addr(ttvn=1, dest=dst, src=src, subtype=data, inner=solicit)),
             build_frame(dst, src, Unicast(ttvn=1, dest=dst, inner=InnerFrame.decode(bytes(14) + b"\x45" + bytes(40)))),
         ]
         with capture(a, ["eth0"]) as sent, capture(b, ["eth0"]) as received:
@@ -80,5 +82,5 @@ def test_capture_counts_batman_frames_by_type_and_finds_the_dhcp_in_them():
         fouraddr = received.select(packet_type=PacketType.UNICAST_4ADDR)
         assert all(f.dhcp_to_server and not f.dhcp_to_client for f in fouraddr)
         assert {f.udp for f in fouraddr} == {(68, 67), (546, 547)}
-        assert all(f.packet.dest == dst and f.packet.subtype == 0 for f in fouraddr)
+        assert all(f.packet.dest == dst and f.packet.subtype == Unicast4AddrSubtype.DATA for f in fouraddr)
         assert "eth0 in BCAST udp (68, 67)" in received.dhcp_summary()

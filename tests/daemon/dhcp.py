@@ -15,7 +15,6 @@ import re
 import select
 import shlex
 import shutil
-import signal
 import socket
 import struct
 import subprocess
@@ -26,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from batmand.wire import ETH_P_BATMAN, PacketType, WireError, decode_frame
+from tests.daemon.daemons import stop as stop_process
 from tests.netns import entered, in_netns
 
 BUSYBOX = shutil.which("busybox") or "/bin/busybox"
@@ -127,14 +127,8 @@ class Dnsmasq:
 
     def stop(self, timeout: float = 5.0) -> None:
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        if proc is not None:
+            stop_process(proc, timeout)
 
     def _log_text(self) -> str:
         try:

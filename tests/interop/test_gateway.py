@@ -99,6 +99,31 @@ def _in(ip: str, span: tuple[str, str]) -> bool:
     return ip.startswith("10.77.0.") and low <= int(ip.rsplit(".", 1)[1]) <= high
 
 
+def _dhcp_goes_to_the_gateway(lab: Lab, client: str, server: str, span: tuple[str, str], tmp_path, what: str):
+    """`client` gets leases from `server` (with and without udhcpc -B) and, as seen on b1's
+    link: the requests as UNICAST_4ADDR DATA from the client's originator to the server's,
+    never a DHCP broadcast, the replies as UNICAST to the client's originator."""
+    ours = client == "b1"  # b1 is the batmand side: its outgoing frames are the client's
+    client_orig, server_orig = lab.originator(client), lab.originator(server)
+    for broadcast in (False, True):  # with -B the server's gateway unicasts its broadcast reply
+        with capture(lab.ns("b1"), ["e-k2"]) as cap:
+            lease = dhcp_lease(lab, client, tmp_path, broadcast=broadcast)
+        assert lease.server_id == lab.address(server) and _in(lease.ip, span), lease
+        print(f"\nGATEWAY {lab.algo} {what}{' -B' if broadcast else ''}: lease {lease.ip} from {lease.server_id}; "
+              f"frames:\n{cap.dhcp_summary()}")
+        requests = cap.select(outgoing=ours, dhcp=True)
+        assert requests, cap.dhcp_summary()
+        for f in requests:
+            assert f.packet_type == PacketType.UNICAST_4ADDR, cap.dhcp_summary()
+            assert (str(f.packet.dest), str(f.packet.src), f.packet.subtype) == (server_orig, client_orig, DATA), \
+                cap.dhcp_summary()
+        assert not cap.select(packet_type=PacketType.BCAST, dhcp=True), cap.dhcp_summary()
+        replies = cap.select(outgoing=not ours, dhcp=True)
+        assert replies and all(f.packet_type == PacketType.UNICAST and str(f.packet.dest) == client_orig
+                               for f in replies), cap.dhcp_summary()
+    return lease
+
+
 def test_with_gateway_mode_off_dhcp_is_broadcast_both_ways(pair, tmp_path):
     lab = pair
     assert _ok(lab.exec("k2", ["batctl", "gw"])).strip() == "off"
@@ -124,7 +149,7 @@ def test_with_gateway_mode_off_dhcp_is_broadcast_both_ways(pair, tmp_path):
 
 def test_kernel_gateway_server_and_a_batmand_client(pair, tmp_path):
     lab = pair
-    b1, k2 = lab.originator("b1"), lab.originator("k2")
+    k2 = lab.originator("k2")
     with _gateway_modes_reset(lab):
         _ok(lab.exec("k2", ["batctl", "gw", "server", "20mbit/5mbit"]))
         announced = SERVER_LINE.match(_ok(lab.exec("k2", ["batctl", "gw"])).strip())
@@ -144,28 +169,13 @@ def test_kernel_gateway_server_and_a_batmand_client(pair, tmp_path):
         assert ("tq" if lab.algo == "BATMAN_IV" else "throughput") in row, row
 
         with dhcp_server(lab, "k2", *KERNEL_RANGE, tmp_path) as theirs:
-            for broadcast in (False, True):  # with -B the kernel's server mode unicasts its broadcast reply
-                with capture(lab.ns("b1"), ["e-k2"]) as cap:
-                    lease = dhcp_lease(lab, "b1", tmp_path, broadcast=broadcast)
-                assert lease.server_id == lab.address("k2") and _in(lease.ip, KERNEL_RANGE), lease
-                print(f"\nGATEWAY {lab.algo} kernel server, b1 client{' -B' if broadcast else ''}: lease {lease.ip} "
-                      f"from {lease.server_id}; gwl: {_rows(text)[k2]}; frames:\n{cap.dhcp_summary()}")
-                sent = cap.select(outgoing=True, dhcp=True)
-                assert sent, cap.dhcp_summary()
-                for f in sent:
-                    assert f.packet_type == PacketType.UNICAST_4ADDR, cap.dhcp_summary()
-                    assert (str(f.packet.dest), str(f.packet.src), f.packet.subtype) == (k2, b1, DATA), \
-                        cap.dhcp_summary()
-                assert not cap.select(packet_type=PacketType.BCAST, dhcp=True), cap.dhcp_summary()
-                replies = cap.select(outgoing=False, dhcp=True)
-                assert replies and all(f.packet_type == PacketType.UNICAST and str(f.packet.dest) == b1
-                                       for f in replies), cap.dhcp_summary()
+            _dhcp_goes_to_the_gateway(lab, "b1", "k2", KERNEL_RANGE, tmp_path, f"kernel server, b1 client; gwl {_rows(text)[k2]}")
             wait_for(lambda: lab.mesh_mac("b1") in theirs.leases(), timeout=5, step=0.5)
 
 
 def test_batmand_gateway_server_and_a_kernel_client(pair, tmp_path):
     lab = pair
-    b1, k2 = lab.originator("b1"), lab.originator("k2")
+    b1 = lab.originator("b1")
     with _gateway_modes_reset(lab):
         _ok(lab.batmanctl("b1", "gw", "server", "30mbit/6mbit"))
         assert _ok(lab.batmanctl("b1", "gw")).strip() == "server (announced bw: 30.0/6.0 MBit)"
@@ -194,23 +204,8 @@ def test_batmand_gateway_server_and_a_kernel_client(pair, tmp_path):
             listener.kill()
 
         with dhcp_server(lab, "b1", *OUR_RANGE, tmp_path) as ours:
-            for broadcast in (False, True):  # with -B our server mode unicasts dnsmasq's broadcast reply
-                with capture(lab.ns("b1"), ["e-k2"]) as cap:
-                    lease = dhcp_lease(lab, "k2", tmp_path, broadcast=broadcast)
-                assert lease.server_id == lab.address("b1") and _in(lease.ip, OUR_RANGE), lease
-                print(f"\nGATEWAY {lab.algo} b1 server, kernel client{' -B' if broadcast else ''}: lease {lease.ip} "
-                      f"from {lease.server_id}; batctl gwl: {_rows(text)[b1]}; uevents {uevents}; frames:\n"
-                      f"{cap.dhcp_summary()}")
-                got = cap.select(outgoing=False, dhcp=True)
-                assert got, cap.dhcp_summary()
-                for f in got:
-                    assert f.packet_type == PacketType.UNICAST_4ADDR, cap.dhcp_summary()
-                    assert (str(f.packet.dest), str(f.packet.src), f.packet.subtype) == (b1, k2, DATA), \
-                        cap.dhcp_summary()
-                assert not cap.select(packet_type=PacketType.BCAST, dhcp=True), cap.dhcp_summary()
-                replies = cap.select(outgoing=True, dhcp=True)
-                assert replies and all(f.packet_type == PacketType.UNICAST and str(f.packet.dest) == k2
-                                       for f in replies), cap.dhcp_summary()
+            lease = _dhcp_goes_to_the_gateway(lab, "k2", "b1", OUR_RANGE, tmp_path,
+                                              f"b1 server, kernel client; batctl gwl {_rows(text)[b1]}; uevents {uevents}")
             wait_for(lambda: ours.leases().get(lab.mesh_mac("k2")) == lease.ip, timeout=5)
         # k2 is a client, no server: b1 lists no gateway
         assert _rows(_ok(lab.batmanctl("b1", "gwl", "-H"))) == {}

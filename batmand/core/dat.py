@@ -245,7 +245,7 @@ class Dat:
             return False
         arp = arp_of(inner)
         if arp is False:
-            self.mesh.counters.drop("dat_arp_unusable")  # counted; it still goes its way, as in the kernel
+            self.mesh.counters["dat_arp_unusable"] += 1  # counted; it still goes its way, as in the kernel
             return False
         if arp is None:
             return False
@@ -301,7 +301,7 @@ class Dat:
             return False
         arp = arp_of(inner)
         if arp is False:
-            self.mesh.counters.drop("dat_arp_unusable")
+            self.mesh.counters["dat_arp_unusable"] += 1
         elif arp is not None and arp.op == ARPOP_REQUEST:
             return self._incoming_request(now, arp, vid)
         elif arp is not None and arp.op == ARPOP_REPLY:

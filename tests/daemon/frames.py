@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 from dataclasses import dataclass
 
 from batmand.wire import Bcast, DatTvlv, IvOgm, Mac, Unicast, Unicast4Addr, WireError, decode_frame
@@ -15,6 +16,7 @@ from tests.daemon.dhcp import PACKET_OUTGOING, BatmanCapture
 from tests.netns import entered
 
 ETH_P_ARP = 0x0806
+SO_TIMESTAMPNS = 35
 SUBTYPE_NAMES = {1: "DATA", 2: "DHT_GET", 3: "DHT_PUT", 4: "CACHE_REPLY"}
 
 
@@ -24,6 +26,7 @@ class Seen:
     outgoing: bool
     raw: bytes
     frame: object | None  # batmand.wire.Frame, None when it did not decode
+    t: float = 0.0  # when the interface saw it (the kernel's timestamp, wall clock)
 
     @property
     def packet(self):
@@ -31,7 +34,7 @@ class Seen:
 
     def describe(self) -> str:
         p = self.packet
-        where = f"{self.ifname} {'out' if self.outgoing else 'in '}"
+        where = f"{self.t % 100:9.6f} {self.ifname} {'out' if self.outgoing else 'in '}"
         if isinstance(p, Unicast4Addr):
             return (f"{where} 4ADDR {SUBTYPE_NAMES.get(p.subtype, p.subtype)} src {p.src} dest {p.dest} ttl {p.ttl} "
                     f"ttvn {p.ttvn} inner {arp_text(p.inner)}: {self.raw.hex()}")
@@ -66,18 +69,29 @@ class FrameCapture(BatmanCapture):
         super().__init__(ns, ifnames)
         self.seen: list[Seen] = []
 
+    def start(self) -> "FrameCapture":
+        super().start()
+        for sock in self._socks:
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        return self
+
     def _drain(self, sock) -> None:
         while True:
             try:
-                raw, addr = sock.recvfrom(65535)
+                raw, ancdata, _, addr = sock.recvmsg(65535, 64)
             except (BlockingIOError, OSError):
                 return
+            t = time.time()
+            for level, kind, data in ancdata:
+                if (level, kind) == (socket.SOL_SOCKET, SO_TIMESTAMPNS) and len(data) >= 16:
+                    sec, nsec = struct.unpack("qq", data[:16])
+                    t = sec + nsec / 1e9
             try:
                 frame = decode_frame(raw)
             except WireError:
                 frame = None
             with self._lock:
-                self.seen.append(Seen(self._socks[sock], addr[2] == PACKET_OUTGOING, raw, frame))
+                self.seen.append(Seen(self._socks[sock], addr[2] == PACKET_OUTGOING, raw, frame, t))
 
     def seen_frames(self, outgoing: bool | None = None) -> list[Seen]:
         with self._lock:
@@ -101,7 +115,8 @@ class FrameCapture(BatmanCapture):
 
     def summary(self, outgoing: bool | None = None) -> str:
         """One line per frame that is not an OGM, for assertion messages."""
-        lines = [s.describe() for s in self.seen_frames(outgoing) if not isinstance(s.packet, IvOgm)]
+        frames = sorted(self.seen_frames(outgoing), key=lambda s: s.t)
+        lines = [s.describe() for s in frames if not isinstance(s.packet, IvOgm)]
         return "\n".join(lines) or "(none but OGMs)"
 
 

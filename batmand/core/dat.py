@@ -9,7 +9,8 @@ at the candidates (DHT_PUT); a candidate answers a GET it has the entry for
 
 Where the kernel's 2022.3 and newest releases differ, we do what the newest does (cached
 replies are always 4addr, equally close candidates go by the lower address, the cache
-keeps VLANs apart); the entries' limit and eviction are ours (the kernel has none)."""
+keeps VLANs apart, ARP behind a priority tag is left alone); the entries' limit and
+eviction are ours (the kernel has none)."""
 
 from __future__ import annotations
 
@@ -58,8 +59,8 @@ def _usable_ip(ip: bytes) -> bool:
 def arp_of(inner: InnerFrame) -> Arp | None | bool:
     """batadv_arp_get_type: the ARP message DAT may use, None when the frame is no ARP,
     False when it is an ARP DAT ignores (malformed, or addresses it cannot store)."""
-    if inner.h_proto != ETH_P_ARP:
-        return None
+    if inner.h_proto != ETH_P_ARP or (inner.vlan_tci is not None and not inner.vid):
+        return None  # behind a priority tag (VID 0) the kernel's DAT sees no ARP (2022.3 used VID 0x8000)
     p = inner.payload
     if len(p) < 28 or p[0:6] != b"\x00\x01\x08\x00\x06\x04":  # Ethernet, IPv4, 6 and 4 byte addresses
         return False

@@ -310,6 +310,19 @@ def test_tagged_requests_are_answered_on_their_vlan():
     assert {p.subtype for p in sent if isinstance(p, Unicast4Addr)} == {2}
 
 
+def test_priority_tagged_arp_is_no_business_of_dat():
+    """A priority tag (802.1Q, VID 0) is untagged to the kernel's DAT since 2025.0, and the
+    ARP parser then meets 0x8100 where it wants 0x0806: such a request floods at once, a
+    reply is not stored (2022.3 took them as VLAN 0x8000)."""
+    net = _star("ABC")
+    a = net.nodes["A"].mesh
+    sent = _sends(net, "A", lambda: (net.host_send("A", who_has(1, 2, vid=0)), net.run_for(0.1)))
+    assert sent and all(isinstance(p, Bcast) for p in sent)
+    assert not a.dat.cache and a.counters["dat_get_tx"] == 0
+    assert a.dat._host_rx(net.now, InnerFrame.decode(is_at(3, 1, vid=0)), 0, None) is False
+    assert not a.dat.cache
+
+
 # --- against the kernel's bytes -----------------------------------------------------------------
 
 DAT_PCAP = "batman_iv-2node-dat-4addr"

@@ -123,8 +123,12 @@ class Captures:
         self.caps = {n: FrameCapture(lab.ns(n), lab.topology.hard_interfaces(n)) for n in lab.daemon_nodes}
 
     def __enter__(self) -> "Captures":
-        for cap in self.caps.values():
-            cap.start()
+        try:
+            for cap in self.caps.values():
+                cap.start()
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:

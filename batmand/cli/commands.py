@@ -1,11 +1,12 @@
 """The batmanctl commands that talk to the daemon, with batctl's names, options and output.
 
 Debug tables: interface|if, originators|o, neighbors|n, translocal|tl, transglobal|tg,
-statistics|s, dataplane|dp, routing_algo|ra (all with -w [interval], -H, --json, -n).
-Settings: orig_interval|it, hop_penalty|hp, aggregation|ag, fragmentation|f; batctl's
-ap_isolation|ap, bonding|b, distributed_arp_table|dat, multicast_mode|mm,
-bridge_loop_avoidance|bl and loglevel|ll say that batmand does not implement them yet.
-Tools: ping|p, traceroute|tr, translate|t."""
+gateways|gwl, dat_cache|dc, statistics|s, dataplane|dp, routing_algo|ra (all with
+-w [interval], -H, --json, -n).
+Settings: orig_interval|it, hop_penalty|hp, aggregation|ag, fragmentation|f,
+distributed_arp_table|dat, gw_mode|gw; batctl's ap_isolation|ap, bonding|b,
+multicast_mode|mm, bridge_loop_avoidance|bl and loglevel|ll say that batmand does not
+implement them yet. Tools: ping|p, traceroute|tr, translate|t, event."""
 
 from __future__ import annotations
 
@@ -108,6 +109,7 @@ class Table:
     ttvn: bool = False  # tl appends ", TTVN: n"
     tt_filters: bool = False  # -u / -m
     max_age: bool = False  # -t
+    title: Callable[[str], str] | None = None  # meshif -> a line between the info line and the columns
 
 
 TABLES = (
@@ -121,6 +123,8 @@ TABLES = (
           lambda algo: tables.TRANSGLOBAL_HEADER, tt_filters=True),
     Table("gateways", "gwl", "gateways", "gateways (* selected)", tables.gateway_line, tables.gateways_header,
           needs_algo=True),
+    Table("dat_cache", "dc", "dat_cache", "distributed ARP table cache", tables.dat_cache_line,
+          lambda algo: tables.DAT_CACHE_HEADER, title=tables.dat_cache_title),
 )
 
 
@@ -137,7 +141,10 @@ def render_table(table: Table, client: Client, args, names) -> tuple[list[str], 
     lines = []
     if not args.no_header:
         extra = tables.translocal_extra(info) if table.ttvn else ""
-        lines += tables.header_lines(info, table.column_header(info.get("algo", "")), args.meshif, extra)
+        column = table.column_header(info.get("algo", ""))
+        if table.title is not None:
+            column = table.title(info.get("meshif") or args.meshif) + "\n" + column
+        lines += tables.header_lines(info, column, args.meshif, extra)
     lines += [table.line(row, names) for row in rows]
     return lines, 0
 

@@ -232,6 +232,23 @@ def routing_algos_lines(ra: Mapping) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------
+# batctl dc (cmd/dat_cache.c)
+
+DAT_CACHE_HEADER = "          IPv4             MAC        VID   last-seen"
+
+
+def dat_cache_title(meshif: str) -> str:
+    return "Distributed ARP Table (%s):" % meshif
+
+
+def dat_cache_line(row: Mapping, names: Names = None) -> str:
+    msecs = int(row.get("last_seen_msecs") or 0)
+    return " * %15s %s %4i %6i:%02i" % (row.get("dat_cache_ip4address"), mac_or_name(row.get("dat_cache_hwaddress"),
+                                                                                     names),
+                                        int(row.get("dat_cache_vid", -1)), msecs // 60000, msecs % 60000 // 1000)
+
+
+# ---------------------------------------------------------------------------------------
 # batctl gwl (cmd/gateways.c) and batctl gw (cmd/gw_mode.c); bandwidths in 100 kbit/s
 
 GATEWAYS_HEADER_IV = "  Router            ( TQ) Next Hop          [outgoingIf]  Bandwidth"

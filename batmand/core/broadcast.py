@@ -19,12 +19,22 @@ class Broadcast:
         mesh.register_receiver(PacketType.BCAST, self.receive)
         self.seqno = 1  # the first broadcast we send carries seqno 2, as the kernel's
         self.pending: list[tuple[float, str, bytes]] = []  # Wi-Fi repeats: (when, iface, frame)
+        self.delayed: list[tuple[float, Bcast, object]] = []  # own broadcasts held back: (when, packet, keep)
 
-    def send_own(self, now: float, inner: bytes) -> None:
+    def send_own(self, now: float, inner: bytes, *, delay: float = 0.0, keep=None) -> None:
+        """Flood the host's frame. With `delay` it waits that long and goes out only if
+        keep(now) still says so then (the kernel's own delayed broadcasts: DAT holds an ARP
+        request back, and drops it when the answer came in meanwhile); its seqno is taken
+        now either way, as the kernel's."""
         mesh = self.mesh
         self.seqno = (self.seqno + 1) & 0xFFFFFFFF
         packet = Bcast(ttl=TTL - 1, seqno=self.seqno, orig=mesh.primary.mac, inner=InnerFrame.decode(inner))
-        self._flood(now, packet, own=True, from_orig=None)
+        if delay <= 0:
+            self._flood(now, packet, own=True, from_orig=None)
+        elif len(self.delayed) >= mesh.config.max_bcast_queue:
+            mesh.counters.drop("bcast_queue_full")
+        else:
+            self.delayed.append((now + delay, packet, keep))
 
     def _flood(self, now: float, packet: Bcast, *, own: bool, from_orig) -> None:
         mesh = self.mesh
@@ -41,9 +51,14 @@ class Broadcast:
                 self.pending.append((now + BCAST_RESEND_DELAY * (i + 1), iface.name, frame))
 
     def next_deadline(self) -> float:
-        return min((t for t, _, _ in self.pending), default=float("inf"))
+        return min((t for t, _, _ in self.pending + self.delayed), default=float("inf"))
 
     def tick(self, now: float) -> None:
+        held = [d for d in self.delayed if d[0] <= now]
+        self.delayed = [d for d in self.delayed if d[0] > now]
+        for _, packet, keep in held:
+            if keep is None or keep(now):
+                self._flood(now, packet, own=True, from_orig=None)
         due = [p for p in self.pending if p[0] <= now]
         self.pending = [p for p in self.pending if p[0] > now]
         for _, name, frame in due:
@@ -83,4 +98,4 @@ class Broadcast:
                         inner=packet.inner, version=packet.version)
         neigh = iface.neighbours.get(eth.h_source)
         self._flood(now, forward, own=False, from_orig=neigh.orig if neigh else None)
-        mesh.deliver(now, packet.inner, orig_node)
+        mesh.deliver(now, packet.inner, orig_node, packet)

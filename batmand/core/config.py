@@ -311,8 +311,7 @@ class MeshConfig:
                                  feature="AP isolation")
     bonding: bool = setting(False, FLAG, batctl=("bonding", "b"), help="bonding (batctl b)", feature="bonding")
     distributed_arp_table: bool = setting(True, FLAG, batctl=("distributed_arp_table", "dat"),
-                                          help="distributed ARP table (batctl dat)",
-                                          feature="the distributed ARP table")
+                                          help="distributed ARP table (batctl dat)")
     multicast_mode: bool = setting(True, FLAG, batctl=("multicast_mode", "mm"),
                                    help="multicast optimisations (batctl mm)", feature="multicast optimisations")
     bridge_loop_avoidance: bool = setting(True, FLAG, batctl=("bridge_loop_avoidance", "bl"),
@@ -341,6 +340,8 @@ class MeshConfig:
     tt_work_period_ms: int = setting(5_000, Range(100, INT_MAX, _MS), help="TT purge period")
     orig_work_period_ms: int = setting(1_000, Range(100, INT_MAX, _MS), help="originator purge period")
     reset_protection_ms: int = setting(30_000, Range(0, INT_MAX, _MS), help="seqno reset protection window")
+    dat_timeout_ms: int = setting(300_000, Range(1_000, INT_MAX, _MS), help="distributed ARP table entries not "
+                                  "refreshed for this (BATADV_DAT_ENTRY_TIMEOUT)")
     frag_timeout_ms: int = setting(10_000, Range(100, INT_MAX, _MS), help="incomplete fragment chains are dropped")
 
     # limits on what peers can make us store (ours; counted when they bite). At least one
@@ -356,6 +357,8 @@ class MeshConfig:
     # covers 10,000 new senders per few seconds at a tenth of the global table's memory
     max_temporary_tt_entries: int = setting(10_000, Range(1, 10_000_000),
                                             help="temporary clients kept (learnt from broadcasts)")
+    max_dat_entries: int = setting(10_000, Range(1, 10_000_000),
+                                   help="distributed ARP table entries kept (the least recently refreshed go)")
     max_pending_tt_requests: int = setting(1_000, Range(1, 100_000), help="TT requests waiting for an answer or a route")
     max_forward_queue: int = setting(256, Range(1, 65_536),
                                      help="forwarded OGMs waiting to go out (BATADV_BATMAN_QUEUE_LEN)")

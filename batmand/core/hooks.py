@@ -12,10 +12,13 @@ from __future__ import annotations
 import bisect
 from typing import Callable
 
-BLA, GATEWAY_DHCP, DAT, MULTICAST = 10, 20, 30, 40  # positions, in the kernel's order
+# positions, in the kernel's order: DAT snoops DHCPACKs before the gateway's DHCP handling,
+# and ARP after it
+BLA, DAT_DHCP, GATEWAY_DHCP, DAT, MULTICAST = 10, 15, 20, 30, 40
 
 TxHook = Callable[[float, object, int], bool]  # (now, inner frame, TT vid) -> consumed
-RxHook = Callable[[float, object, object], bool]  # (now, inner frame, sender's orig_node or None) -> consumed
+# (now, inner frame, TT vid, the packet that carried it: Bcast, Unicast, Unicast4Addr) -> consumed
+RxHook = Callable[[float, object, int, object], bool]
 
 
 class HostHooks:
@@ -35,5 +38,5 @@ class HostHooks:
     def host_tx(self, now: float, inner, vid: int) -> bool:
         return any(hook(now, inner, vid) for _, _, hook in self._tx)
 
-    def host_rx(self, now: float, inner, orig_node) -> bool:
-        return any(hook(now, inner, orig_node) for _, _, hook in self._rx)
+    def host_rx(self, now: float, inner, vid: int, packet) -> bool:
+        return any(hook(now, inner, vid, packet) for _, _, hook in self._rx)

@@ -21,6 +21,7 @@ from .counters import Counters
 from .events import Deliver, Transmit
 from . import fragmentation
 from .fragmentation import Reassembly
+from .dat import Dat
 from .gateway import Gateway
 from .hardif import HardInterface
 from .hooks import HostHooks
@@ -74,6 +75,7 @@ class Mesh:
         self.routing = Routing(self)
         self.icmp = Icmp(self)
         self.gateway = Gateway(self)
+        self.dat = Dat(self)
         self.reassembly = Reassembly(self.counters, self.config)
         self.frag_seqno = self.rng.getrandbits(16)
         self._actions: list = []
@@ -290,15 +292,16 @@ class Mesh:
             self.counters.add("mgmt_tx", len(frame))
         self._actions.append(Transmit(iface.name, frame))
 
-    def deliver(self, now: float, inner: InnerFrame, orig_node: OrigNode | None = None) -> None:
+    def deliver(self, now: float, inner: InnerFrame, orig_node: OrigNode | None = None, packet=None) -> None:
         """batadv_interface_rx: hand a frame from the mesh to the host; `orig_node` (broadcasts,
-        4addr DATA) learns the sender as a temporary client. Batman-in-batman is dropped, as the
-        kernel does, to prevent loops (a bat0 bridged into another mesh's hard interface)."""
+        4addr DATA) learns the sender as a temporary client; `packet` carried it (the features'
+        rx hooks see it). Batman-in-batman is dropped, as the kernel does, to prevent loops (a
+        bat0 bridged into another mesh's hard interface)."""
         if inner.h_proto == ETH_P_BATMAN:  # InnerFrame.h_proto is the ethertype behind one 802.1Q tag
             self.counters.drop("batman_in_batman")
             return
-        if self.hooks.host_rx(now, inner, orig_node):
-            return  # a feature took it (e.g. bridge loop avoidance)
+        if self.hooks.host_rx(now, inner, inner_vid(inner), packet):
+            return  # a feature took it (the distributed ARP table answered it, ...)
         if orig_node is not None and not inner.h_source.is_multicast:
             self.tt.add_temporary(now, orig_node, inner.h_source, inner_vid(inner))
         frame = inner.encode()
@@ -423,8 +426,8 @@ class Mesh:
 
     def ogm_tvlvs(self, now: float) -> list:
         """The containers of our own (primary) OGM, from the features that contribute one
-        (TT today). No DAT or MCAST container until those features exist: their absence
-        tells kernel nodes exactly that (CIFNOTFND)."""
+        (TT, GW, DAT). No MCAST container until multicast exists: its absence tells kernel
+        nodes exactly that (CIFNOTFND)."""
         return self.tvlv.ogm_containers(now, OGM_TVLV_ROOM)
 
     def ogm_tvlvs_received(self, now: float, orig_node: OrigNode, tvlvs: list) -> None:

@@ -94,26 +94,30 @@ class Routing:
         self.send_unicast_from_host(now, inner, orig_node)
 
     def send_unicast_from_host(self, now: float, inner: InnerFrame, orig_node, *, four_addr: bool = False) -> bool:
-        """batadv_send_skb_unicast: a host frame as UNICAST (or UNICAST_4ADDR DATA, from our
-        primary address) to `orig_node` (None: there is none, the frame is dropped)."""
+        """A host frame to `orig_node` (None: there is none, the frame is dropped), counted as
+        the host's traffic (tx, or tx_dropped)."""
+        subtype = Unicast4AddrSubtype.DATA if four_addr else None
+        if self.send_unicast(now, inner, orig_node, subtype):
+            self.mesh.counters.add("tx", len(inner.encode()))
+            return True
+        self.mesh.counters["tx_dropped"] += 1
+        return False
+
+    def send_unicast(self, now: float, inner: InnerFrame, orig_node, subtype: int | None = None) -> bool:
+        """batadv_send_skb_unicast: `inner` as UNICAST, or as UNICAST_4ADDR with `subtype`
+        from our primary address, to `orig_node` (None: dropped)."""
         mesh = self.mesh
-        data = inner.encode()
         if orig_node is None or mesh.primary is None:
-            mesh.counters["tx_dropped"] += 1
             return False
         ttvn = orig_node.last_ttvn
         if mesh.tt.is_roaming(inner.h_dest, inner_vid(inner)):
             ttvn = (ttvn - 1) & 0xFF  # makes the destination re-check the client's owner
-        if four_addr:
-            packet = Unicast4Addr(ttvn=ttvn, dest=orig_node.orig, src=mesh.primary.mac,
-                                  subtype=Unicast4AddrSubtype.DATA, inner=inner).encode()
+        if subtype is not None:
+            packet = Unicast4Addr(ttvn=ttvn, dest=orig_node.orig, src=mesh.primary.mac, subtype=subtype,
+                                  inner=inner).encode()
         else:
             packet = Unicast(ttvn=ttvn, dest=orig_node.orig, inner=inner).encode()
-        if self.send_to_orig(now, packet, orig_node, None, priority_of(data)):
-            mesh.counters.add("tx", len(data))
-            return True
-        mesh.counters["tx_dropped"] += 1
-        return False
+        return self.send_to_orig(now, packet, orig_node, None, priority_of(inner.encode()))
 
     # --- receiving -------------------------------------------------------------------------------
 
@@ -179,7 +183,7 @@ class Routing:
             src_orig = None
             if getattr(packet, "subtype", None) == Unicast4AddrSubtype.DATA:
                 src_orig = mesh.originators.get(packet.src)
-            mesh.deliver(now, packet.inner, src_orig)
+            mesh.deliver(now, packet.inner, src_orig, packet)
             return
         self._route(now, iface, packet)
 

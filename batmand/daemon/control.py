@@ -343,6 +343,9 @@ class ControlServer:
     async def cmd_gateways(self, args, writer):
         return tables.gateways(self.service.mesh, self.service.ifindex)
 
+    async def cmd_dat_cache(self, args, writer):
+        return self.service.mesh.dat.rows(self.service.now())
+
     async def cmd_gw(self, args, writer):
         return self.service.mesh.gateway.state()
 

@@ -65,17 +65,19 @@ class GatewayTvlv:
 
 @dataclass(slots=True)
 class DatTvlv:
-    """DAT v1: empty; its presence says "I take part in the distributed ARP table"."""
+    """DAT v1: empty; its presence says "I take part in the distributed ARP table". The
+    kernel does not read a value, so one that has bytes counts too (`extra` keeps them)."""
 
     TYPE: ClassVar[int] = TvlvType.DAT
     VERSION: ClassVar[int] = 1
+    extra: bytes = b""
 
     @classmethod
     def decode_value(cls, value: bytes):
-        return cls() if len(value) == 0 else None
+        return cls(bytes(value))
 
     def encode_value(self) -> bytes:
-        return b""
+        return self.extra
 
 
 @dataclass(slots=True)

@@ -47,7 +47,7 @@ def test_a_feature_adds_a_container_to_our_ogms_and_handles_it_in_theirs():
     assert absent and set(absent) == {None}
     # the TT container still comes along, after the fixed-size one was given its room
     containers = a.mesh.ogm_tvlvs(net.now)
-    assert [tvlv_type(t) for t in containers] == [4, 0x30]  # in the order the features registered
+    assert [tvlv_type(t) for t in containers] == [4, 2, 0x30]  # in the order the features registered (TT, DAT)
     assert a.mesh.tvlv.fixed_bytes == reserved + 6
 
 
@@ -82,7 +82,7 @@ def test_host_path_hooks_run_in_the_kernels_order_and_may_consume():
     a.mesh.hooks.on_host_tx(hooks.DAT, dat)
     a.mesh.hooks.on_host_tx(hooks.BLA, bla)  # registered later, runs first
     seen_at_b = []
-    b.mesh.hooks.on_host_rx(hooks.BLA, lambda now, inner, orig: seen_at_b.append(inner.h_proto) or False)
+    b.mesh.hooks.on_host_rx(hooks.BLA, lambda now, inner, vid, packet: seen_at_b.append(inner.h_proto) or False)
     client = Mac("02:cc:00:00:00:01")
     arp = bytes(BROADCAST) + bytes(client) + b"\x08\x06" + bytes(28)
     other = bytes(BROADCAST) + bytes(client) + b"\x88\xb5" + bytes(28)
@@ -170,7 +170,7 @@ def test_a_malformed_container_of_a_known_type_reaches_no_handler():
 def test_a_feature_tells_the_data_plane_which_frames_it_must_see():
     """What a feature needs to see on the host path (ARP while DAT is on, say) goes out
     with the forwarding table, so that the data plane hands those frames to the core."""
-    mesh = Mesh(MeshConfig(), soft_mac=Mac("02:00:00:00:00:aa"))
+    mesh = Mesh(MeshConfig(distributed_arp_table=False), soft_mac=Mac("02:00:00:00:00:aa"))  # no ARP rules of its own
     arp = SlowPath(rules=frozenset({SlowRule(FROM_HOST, 0x0806)}))
     wanted = [SlowPath()]
     mesh.publisher.need_slow_path(lambda: wanted[0])

@@ -328,8 +328,9 @@ def test_an_arp_rule_makes_arp_slow_in_both_directions():
 
     fast_out = Encapsulate("e0", ORIGS[0], ORIGS[0], world.mesh.originators.get(ORIGS[0]).last_ttvn,
                            (CLIENTS[1], 0))
+    world.table.apply(ForwardingUpdate({}, {}, {}, slow_path=SlowPath()))  # no feature asks (DAT off)
     assert decisions() == ([DELIVER, DELIVER, Forward("e0", ORIGS[0])], [fast_out] * 3)
-    world.table.apply(ForwardingUpdate({}, {}, {}, slow_path=ARP_BOTH))  # as the core would publish it
+    world.table.apply(ForwardingUpdate({}, {}, {}, slow_path=ARP_BOTH))  # as the core publishes it while DAT is on
     # forwarded frames are never the features' business
     assert decisions() == ([SLOW, DELIVER, Forward("e0", ORIGS[0])], [SLOW, SLOW, fast_out])
     world.table.apply(ForwardingUpdate({}, {}, {}, slow_path=SlowPath(rules=frozenset({SlowRule(FROM_HOST, 0x0806)}))))

@@ -31,26 +31,19 @@ def _rol(x: int, k: int) -> int:
     return ((x << k) | (x >> (32 - k))) & _M
 
 
+# the final mix of lookup3 (the kernel's __jhash_final): (into, from, rotation) in order
+_FINAL_MIX = (("c", "b", 14), ("a", "c", 11), ("b", "a", 25), ("c", "b", 16), ("a", "c", 4), ("b", "a", 14),
+              ("c", "b", 24))
+
+
 def jhash6(key: bytes, initval: int = 0) -> int:
     """The kernel's jhash() of a 6-byte key (lookup3: the tail bytes, then the final mix)."""
-    a = b = c = (0xDEADBEEF + 6 + initval) & _M
-    a = (a + (key[0] | key[1] << 8 | key[2] << 16 | key[3] << 24)) & _M
-    b = (b + (key[4] | key[5] << 8)) & _M
-    c ^= b
-    c = (c - _rol(b, 14)) & _M
-    a ^= c
-    a = (a - _rol(c, 11)) & _M
-    b ^= a
-    b = (b - _rol(a, 25)) & _M
-    c ^= b
-    c = (c - _rol(b, 16)) & _M
-    a ^= c
-    a = (a - _rol(c, 4)) & _M
-    b ^= a
-    b = (b - _rol(a, 14)) & _M
-    c ^= b
-    c = (c - _rol(b, 24)) & _M
-    return c
+    start = (0xDEADBEEF + 6 + initval) & _M
+    v = {"a": (start + (key[0] | key[1] << 8 | key[2] << 16 | key[3] << 24)) & _M,
+         "b": (start + (key[4] | key[5] << 8)) & _M, "c": start}
+    for into, source, k in _FINAL_MIX:
+        v[into] = ((v[into] ^ v[source]) - _rol(v[source], k)) & _M
+    return v["c"]
 
 
 def orig_position(orig: bytes) -> int:

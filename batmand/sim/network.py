@@ -181,6 +181,21 @@ class Network:
         node = self.nodes[name]
         self._handle(node, node.mesh.soft_iface_frame(self.now, frame))
 
+    def sent_by(self, name: str, run) -> list[bytes]:
+        """The frames node `name` transmits while run() drives the network."""
+        node, out, transmit = self.nodes[name], [], self._transmit
+
+        def spy(n: SimNode, action: Transmit) -> None:
+            if n is node:
+                out.append(action.frame)
+            transmit(n, action)
+        self._transmit = spy
+        try:
+            run()
+        finally:
+            self._transmit = transmit
+        return out
+
     def set_option(self, name: str, key: str, value) -> None:
         node = self.nodes[name]
         self._handle(node, node.mesh.set_option(self.now, key, value))

@@ -216,20 +216,8 @@ def _selected(net, name="C"):
 
 
 def _sent_by(net, name, run):
-    """The frames `name` transmits while `run()` runs."""
-    node, out = net.nodes[name], []
-    original = net._transmit
-
-    def spy(n, action):
-        if n is node:
-            out.append(action.frame)
-        original(n, action)
-    net._transmit = spy
-    try:
-        run()
-    finally:
-        net._transmit = original
-    return [decode_frame(f).packet for f in out]
+    """The packets `name` transmits while `run()` runs."""
+    return [decode_frame(f).packet for f in net.sent_by(name, run)]
 
 
 SERVERS = dict(G1=dict(gw_mode="server", gw_bandwidth_down=50_000, gw_bandwidth_up=10_000),

@@ -435,7 +435,7 @@ class BatmanIV:
         if (router and router_router and router.addr == ogm.prev_sender and ogm.orig != ogm.prev_sender
                 and router.addr == router_router.addr):
             return  # avoid temporary routing loops
-        if outif is None:
+        if outif is None and ogm.tvlvs:  # batadv_tvlv_ogm_receive: an OGM without TVLVs runs no handler
             mesh.ogm_tvlvs_received(now, orig_node, ogm.tvlvs)
         orig_neigh = orig_node if single_hop else mesh.originators.get_or_create(eth_src, now)
         if orig_neigh is None:

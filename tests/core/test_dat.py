@@ -358,3 +358,17 @@ def test_replayed_kernel_nodes_send_the_kernels_dat_frames():
     assert as_b.mesh.counters["dat_get_rx"] == 1 and as_b.mesh.counters["dat_put_tx"] == 2
     # B learnt A's address from the GET, and answered the later arping from its cache
     assert as_b.mesh.dat.lookup(bytes([10, 254, 0, 1]), 0) == A_SOFT
+
+
+def test_an_iv_ogm_without_tvlvs_changes_no_capability():
+    """batadv_tvlv_ogm_receive returns at once for an OGM whose TVLV area is empty (IV
+    secondary interfaces send such OGMs): not even the CIFNOTFND handlers run."""
+    from batmand.wire import IvOgm as Ogm, build_frame
+    net = _star("AB")
+    a, b = net.nodes["A"].mesh, net.nodes["B"]
+    assert a.dat.capable == {b.orig}
+    seqno = a.originators.get(b.orig).ifinfo_get(None).last_real_seqno + 1  # B's next OGM
+    bare = Ogm(seqno=seqno, orig=b.orig, prev_sender=b.orig, tq=255, ttl=50, tvlvs=[])
+    a.receive(net.now, "if0", build_frame(Mac("ff:ff:ff:ff:ff:ff"), b.orig, bare))
+    assert a.originators.get(b.orig).ifinfo_get(None).last_real_seqno == seqno  # it was processed
+    assert a.dat.capable == {b.orig}

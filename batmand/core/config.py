@@ -313,7 +313,9 @@ class MeshConfig:
     distributed_arp_table: bool = setting(True, FLAG, batctl=("distributed_arp_table", "dat"),
                                           help="distributed ARP table (batctl dat)")
     multicast_mode: bool = setting(True, FLAG, batctl=("multicast_mode", "mm"),
-                                   help="multicast optimisations (batctl mm)", feature="multicast optimisations")
+                                   help="multicast optimisations for our hosts' frames (batctl mm); off floods them")
+    multicast_fanout: int = setting(16, Range(0, U32_MAX), batctl=("multicast_fanout", "mo"),
+                                    help="at most this many unicast copies of a multicast frame, else a flood")
     bridge_loop_avoidance: bool = setting(True, FLAG, batctl=("bridge_loop_avoidance", "bl"),
                                           help="bridge loop avoidance (batctl bl)", feature="bridge loop avoidance")
     loglevel: str = setting("none", Levels(LOG_LEVELS), batctl=("loglevel", "ll"), help="debug log (batctl ll)",

@@ -23,6 +23,7 @@ from . import fragmentation
 from .fragmentation import Reassembly
 from .dat import Dat
 from .gateway import Gateway
+from .multicast import Multicast
 from .hardif import HardInterface
 from .hooks import HostHooks
 from .icmp import Icmp
@@ -75,6 +76,7 @@ class Mesh:
         self.routing = Routing(self)
         self.icmp = Icmp(self)
         self.gateway = Gateway(self)
+        self.multicast = Multicast(self)  # its container before DAT's, the kernel's order
         self.dat = Dat(self)
         self.reassembly = Reassembly(self.counters, self.config)
         self.frag_seqno = self.rng.getrandbits(16)

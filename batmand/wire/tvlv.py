@@ -164,21 +164,20 @@ class RoamTvlv:
 
 @dataclass(slots=True)
 class McastTvlv:
-    """MCAST v2 (batadv_tvlv_mcast_data): multicast flags of the originator."""
+    """MCAST v2 (batadv_tvlv_mcast_data): multicast flags of the originator. The kernel
+    reads the first byte of any value (an empty one is flags 0); `reserved` keeps the rest."""
 
     TYPE: ClassVar[int] = TvlvType.MCAST
     VERSION: ClassVar[int] = 2
     flags: int
-    reserved: bytes = b"\x00\x00\x00"
+    reserved: bytes | None = b"\x00\x00\x00"  # None: the value was empty
 
     @classmethod
     def decode_value(cls, value: bytes):
-        if len(value) != _MCAST.size:
-            return None
-        return cls(*_MCAST.unpack(value))
+        return cls(value[0], bytes(value[1:])) if value else cls(0, None)
 
     def encode_value(self) -> bytes:
-        return _MCAST.pack(self.flags, bytes(self.reserved))
+        return b"" if self.reserved is None else bytes([self.flags]) + bytes(self.reserved)
 
 
 @dataclass(slots=True)

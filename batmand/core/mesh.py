@@ -188,6 +188,11 @@ class Mesh:
         for callback in self._after_purge:
             callback(now)
 
+    def set_host_groups(self, now: float, groups) -> list:
+        """What multicast bat0's hosts listen to (multicast.HostGroups), every 500 ms."""
+        self.multicast.update(now, groups)
+        return self._take()
+
     def set_mtu(self, name: str, mtu: int) -> None:
         """The interface's MTU changed: fragment to the new size from now on."""
         self._iface_or_error(name).mtu = mtu

@@ -26,6 +26,7 @@ from batmand.dataplane.pool import InlineDataPlane, WorkerPool
 
 from .control import ControlServer
 from .events import Events
+from .mcast_groups import host_groups
 from . import protocol, state
 from .links import link_speed
 from .netlink import Link, LinkMonitor
@@ -38,6 +39,7 @@ from .wifi import is_wireless, query_stations
 log = logging.getLogger("batmand")
 
 BATCH = 64  # frames per reader wake-up before yielding to the loop
+MCAST_WORK_PERIOD = 0.5  # seconds between two looks at bat0's multicast groups
 MAX_HEADER = 32  # the largest batman-adv header we put in front of a 1500-byte frame
 
 
@@ -137,11 +139,13 @@ class Service:
             self._reschedule()
             self.notifier.send(READY=1, STATUS=self._status())
             housekeeping = asyncio.create_task(self._housekeeping())
+            listeners = asyncio.create_task(self._multicast_listeners())
             await self._stopped.wait()
             self.notifier.send(STOPPING=1)
         finally:
             if housekeeping is not None:
                 housekeeping.cancel()
+                listeners.cancel()
             await self.shutdown()
 
     def _status(self) -> str:
@@ -171,6 +175,15 @@ class Service:
                 if type(exc) is not failing:
                     log.exception("housekeeping failed; it goes on")
                     failing = type(exc)
+
+    async def _multicast_listeners(self) -> None:
+        """Every 500 ms (BATADV_MCAST_WORK_PERIOD): the groups bat0's hosts listen to."""
+        while True:
+            try:
+                self._apply(self.mesh.set_host_groups(self.now(), host_groups(self.softif.name)))
+            except Exception:  # noqa: BLE001 - logged, the next round tries again
+                log.exception("reading bat0's multicast groups failed")
+            await asyncio.sleep(MCAST_WORK_PERIOD)
 
     # --- seqnos across restarts ---------------------------------------------------------------
 

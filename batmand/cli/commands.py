@@ -432,6 +432,27 @@ def run_gw_mode(args) -> int:
     return 0
 
 
+def run_mcast_flags(args) -> int:
+    """batctl mcast_flags: our flags, the bridge and querier state, and each originator's."""
+    client = client_for(args)
+    names = {} if args.json else _names(args)
+
+    def render():
+        answer = client.request("mcast_flags") or {}
+        rows = answer.get("rows") or []
+        if args.json:
+            return [dumps([tables.mcast_flags_json(r) for r in rows])], 0
+        lines = []
+        if not args.no_header:
+            info = client.request("mesh_info") or {}
+            if tables.is_disabled(info):
+                return [tables.info_line(info, args.meshif)], 1
+            lines += [tables.info_line(info, args.meshif)] + tables.mcast_header_lines(answer.get("own") or {})
+        return lines + [tables.mcast_flags_line(r, names) for r in rows], 0
+
+    return _watch(args, render)
+
+
 def run_event(args) -> int:
     """batctl event: stream the mesh's uevents (gateway add/change/del) until Ctrl-C."""
     stream = client_for(args).stream("events")
@@ -602,6 +623,10 @@ def add_parsers(subparsers) -> None:
     p.add_argument("words", nargs="*", metavar="MODE [ARG]")
     p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=run_gw_mode)
+
+    p = subparsers.add_parser("mcast_flags", aliases=["mf"], help="multicast flags, ours and each originator's")
+    _add_table_options(p)
+    p.set_defaults(func=run_mcast_flags)
 
     p = subparsers.add_parser("event", help="print the uevents (gateway add/change/del) as they happen")
     p.add_argument("-t", dest="timestamp", action="store_true", help="print local timestamp")

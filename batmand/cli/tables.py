@@ -249,6 +249,46 @@ def dat_cache_line(row: Mapping, names: Names = None) -> str:
 
 
 # ---------------------------------------------------------------------------------------
+# batctl mf (cmd/mcast_flags.c, batctl 2024.0 and later: six slots)
+
+
+def mcast_flags_text(flags: int) -> str:
+    return "[%s%s%s%s%s%s]" % ("U" if flags & 0x01 else ".", "4" if flags & 0x02 else ".", "6" if flags & 0x04 else ".",
+                               ". " if flags & 0x08 else "R4", ". " if flags & 0x10 else "R6",
+                               "." if flags & 0x20 else "P")
+
+
+def mcast_header_lines(state: Mapping) -> list[str]:
+    bridged = bool(state.get("bridged"))
+    q4, q6, s4, s6 = "?", "?", "?", "?"
+    if bridged:
+        q4, q6 = ("." if state.get("querier4") else "4"), ("." if state.get("querier6") else "6")
+        s4, s6 = ("4" if state.get("shadowing4") else "."), ("6" if state.get("shadowing6") else ".")
+    return ["Multicast flags (own flags: %s)" % mcast_flags_text(int(state.get("mcast_flags") or 0)),
+            "* Bridged [U]\t\t\t\t%s" % ("U" if bridged else "."),
+            "* No IGMP/MLD Querier [4/6]:\t\t%s/%s" % (q4, q6),
+            "* Shadowing IGMP/MLD Querier [4/6]:\t%s/%s" % (s4, s6),
+            "-" * 43, "       Originator Flags"]
+
+
+def mcast_flags_line(row: Mapping, names: Names = None) -> str:
+    flags = row.get("mcast_flags")
+    return "%s %s" % (mac_or_name(row.get("orig_address"), names), "-" if flags is None else mcast_flags_text(flags))
+
+
+def mcast_flags_json(row: Mapping) -> dict:
+    """batctl mfj's object for one originator."""
+    out = {"orig_address": row.get("orig_address")}
+    flags = row.get("mcast_flags")
+    if flags is not None:
+        out["mcast_flags"] = {"all_unsnoopables": bool(flags & 0x01), "want_all_ipv4": bool(flags & 0x02),
+                              "want_all_ipv6": bool(flags & 0x04), "want_no_rtr_ipv4": bool(flags & 0x08),
+                              "want_no_rtr_ipv6": bool(flags & 0x10), "have_mc_ptype_capa": bool(flags & 0x20),
+                              "raw": flags}
+    return out
+
+
+# ---------------------------------------------------------------------------------------
 # batctl gwl (cmd/gateways.c) and batctl gw (cmd/gw_mode.c); bandwidths in 100 kbit/s
 
 GATEWAYS_HEADER_IV = "  Router            ( TQ) Next Hop          [outgoingIf]  Bandwidth"

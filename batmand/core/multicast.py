@@ -104,6 +104,7 @@ class Multicast:
         self.groups = HostGroups()
         self.announced: list[Mac] = []  # our listener entries in the local TT
         self.peers: dict[Mac, int] = {}  # originator -> its flags, for those whose OGMs we read
+        self.announcing: set[Mac] = set()  # those whose last OGM carried the container (HAS_MCAST)
         # the originators in each "wants" list, newest first (the kernel's hlists)
         self.wants: dict[str, OrderedDict] = {k: OrderedDict() for k in ("unsnoopables", "ipv4", "ipv6", "rtr4", "rtr6")}
         mesh.tvlv.handle_ogm(TvlvType.MCAST, McastTvlv.VERSION, self._ogm_container, when_absent=True)
@@ -132,6 +133,7 @@ class Multicast:
     # --- peers ------------------------------------------------------------------------------------
 
     def _ogm_container(self, now: float, orig_node, tvlv) -> None:
+        (self.announcing.add if tvlv is not None else self.announcing.discard)(orig_node.orig)
         self._set_peer(orig_node.orig, peer_flags(tvlv))
 
     def _set_peer(self, orig: Mac, flags: int | None) -> None:
@@ -148,6 +150,7 @@ class Multicast:
                 members.pop(orig, None)
         if flags is None:
             self.peers.pop(orig, None)
+            self.announcing.discard(orig)
         else:
             self.peers[orig] = new
 
@@ -214,7 +217,9 @@ class Multicast:
     # --- batmanctl mf -----------------------------------------------------------------------------
 
     def rows(self) -> list[dict]:
-        return [{"orig_address": str(orig), "mcast_flags": flags} for orig, flags in self.peers.items()]
+        """batctl mf: the originators whose OGMs we read; the flags of those that announce them."""
+        return [{"orig_address": str(orig), **({"mcast_flags": flags} if orig in self.announcing else {})}
+                for orig, flags in self.peers.items()]
 
     def state(self) -> dict:
         g = self.groups

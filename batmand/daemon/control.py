@@ -346,6 +346,9 @@ class ControlServer:
     async def cmd_dat_cache(self, args, writer):
         return self.service.mesh.dat.rows(self.service.now())
 
+    async def cmd_mcast_flags(self, args, writer):
+        return {"own": self.service.mesh.multicast.state(), "rows": self.service.mesh.multicast.rows()}
+
     async def cmd_gw(self, args, writer):
         return self.service.mesh.gateway.state()
 

@@ -52,6 +52,12 @@ def test_multicast_reaches_its_listener_as_unicast_and_stops_after_it_leaves():
     with make_lab("line5", orig_interval_ms=200) as lab:
         lab.start()
         wait_for(lambda: len(json.loads(lab.batmanctl("n1", "o", "--json").stdout or "[]")) >= 4, timeout=30)
+        # batmanctl mf: our flags and every other node's, unbridged and without routers (0x18)
+        mf = lab.batmanctl("n1", "mf", check=True).stdout.splitlines()
+        assert mf[1] == "Multicast flags (own flags: [.... . P])" and mf[6] == "       Originator Flags", mf
+        assert len([line for line in mf[7:] if line.endswith(" [.... . P]")]) == 4, mf
+        rows = json.loads(lab.batmanctl("n1", "mf", "--json", check=True).stdout)
+        assert all(r["mcast_flags"]["raw"] == 0x18 and r["mcast_flags"]["want_no_rtr_ipv4"] for r in rows), rows
         receiver = lab.spawn("n5", [sys.executable, "-c", RECEIVER, lab.address("n5")], stdout=-1, text=True)
         try:
             assert receiver.stdout.readline().strip() == "joined"

@@ -432,6 +432,20 @@ def run_gw_mode(args) -> int:
     return 0
 
 
+def run_multicast_forceflood(args) -> int:
+    """batctl multicast_forceflood|mff: the kernel's inverse of multicast_mode (netlink has
+    one value; forceflood on = the optimisations off)."""
+    if len(args.values) > 1:
+        raise UsageError("incorrect number of arguments (expected 1)")
+    client = client_for(args)
+    if not args.values:
+        mode = client.request("get", {"setting": "multicast_mode"})
+        emit([dumps(int(not mode)) if args.json else tables.setting_line(not mode, True)])
+        return 0
+    client.request("set", {"setting": "multicast_mode", "value": 1 - _parse_bool(args.values[0])})
+    return 0
+
+
 def run_mcast_flags(args) -> int:
     """batctl mcast_flags: our flags, the bridge and querier state, and each originator's."""
     client = client_for(args)
@@ -623,6 +637,12 @@ def add_parsers(subparsers) -> None:
     p.add_argument("words", nargs="*", metavar="MODE [ARG]")
     p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=run_gw_mode)
+
+    p = subparsers.add_parser("multicast_forceflood", aliases=["mff"],
+                              help="flood our hosts' multicast (the inverse of multicast_mode): 0|1")
+    p.add_argument("values", nargs="*", metavar="VALUE", help="new value (none: print the current one)")
+    p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    p.set_defaults(func=run_multicast_forceflood)
 
     p = subparsers.add_parser("mcast_flags", aliases=["mf"], help="multicast flags, ours and each originator's")
     _add_table_options(p)

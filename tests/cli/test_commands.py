@@ -438,6 +438,12 @@ def test_settings(daemon, capsys):
     assert values["fragmentation"] == 1
     rc, _, err = run(capsys, "--socket", daemon.path, "f", "maybe")
     assert rc == 1 and "the supplied argument is invalid: maybe" in err
+    # multicast_forceflood is the kernel's inverse of multicast_mode (one netlink value)
+    values["multicast_mode"] = True
+    assert run(capsys, "--socket", daemon.path, "mff")[1] == "disabled\n"
+    assert run(capsys, "--socket", daemon.path, "mff", "1") == (0, "", "")
+    assert values["multicast_mode"] == 0 and run(capsys, "--socket", daemon.path, "mm")[1] == "disabled\n"
+    assert run(capsys, "--socket", daemon.path, "mff")[1] == "enabled\n"
     # batctl's loglevel words as the daemon's value (for when batmand has a debug log)
     assert commands.loglevel_value(["tt", "batman"]) == "batman tt"
     assert commands.loglevel_value(["all"]) == "all" and commands.loglevel_value(["none", "tt"]) == "none"

@@ -56,6 +56,13 @@ def jittered(mesh, now: float, interval_ms: int) -> float:
     return now + (interval_ms - jitter + mesh.rng.randrange(2 * jitter)) / 1000.0
 
 
+def algo_state(record, make):
+    """An algorithm's own state in a shared record's `algo` slot, made on first use."""
+    if record.algo is None:
+        record.algo = make()
+    return record.algo
+
+
 def routed_metric(algo, orig_node) -> int | None:
     """The metric of our own (default) router toward `orig_node`, None without a route:
     what the gateway operations compare (the kernel's router_ifinfo for BATADV_IF_DEFAULT)."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from batmand.wire import BROADCAST, IvOgm, Mac, OgmFlags, build_frame
 from batmand.wire.constants import TTL, PacketType
 
-from .algorithm import jittered, register, routed_metric
+from .algorithm import algo_state, jittered, register, routed_metric
 from .bitarray import WINDOW_SIZE, bit_get_packet, popcount, seq_diff32, window_protected
 from .hardif import HardInterface
 from .originator import NeighIfInfo, NeighNode, OrigIfInfo, OrigNode
@@ -70,15 +70,11 @@ class IvOrigIfInfo:
 
 
 def neigh_iv(info: NeighIfInfo) -> IvNeighIfInfo:
-    if info.algo is None:
-        info.algo = IvNeighIfInfo()
-    return info.algo
+    return algo_state(info, IvNeighIfInfo)
 
 
 def orig_iv(info: OrigIfInfo) -> IvOrigIfInfo:
-    if info.algo is None:
-        info.algo = IvOrigIfInfo()
-    return info.algo
+    return algo_state(info, IvOrigIfInfo)
 
 
 def _tq(info: NeighIfInfo | None) -> int:

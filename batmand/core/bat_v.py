@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from batmand.wire import BROADCAST, ELP_TVLV_PADDING, Elp, Mac, Ogm2, build_frame
 from batmand.wire.constants import TTL, PacketType
 
-from .algorithm import jittered, register, routed_metric
+from .algorithm import algo_state, jittered, register, routed_metric
 from .bitarray import seq_diff32, window_protected
 from .hardif import HardInterface, HardifNeigh
 from .originator import NeighIfInfo, NeighNode, OrigNode
@@ -84,15 +84,11 @@ class VNeighIfInfo:
 
 
 def hardif_neigh_v(neigh: HardifNeigh) -> VHardifNeigh:
-    if neigh.algo is None:
-        neigh.algo = VHardifNeigh()
-    return neigh.algo
+    return algo_state(neigh, VHardifNeigh)
 
 
 def neigh_v(info: NeighIfInfo) -> VNeighIfInfo:
-    if info.algo is None:
-        info.algo = VNeighIfInfo()
-    return info.algo
+    return algo_state(info, VNeighIfInfo)
 
 
 def _throughput(info: NeighIfInfo | None) -> int:

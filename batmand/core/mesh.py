@@ -156,13 +156,18 @@ class Mesh:
         """A mesh setting changed (checked against the schema already): the features that
         watch it check it first (SettingError: nothing changes), then react, as the
         kernel's netlink set does (gw_mode elects again...)."""
-        for check in self._setting_checks.get(name, ()):
-            check(name, value)
+        self.check_option(name, value)
         old = getattr(self.config, name)
         setattr(self.config, name, value)
         for watcher in self._setting_watchers.get(name, ()):
             watcher(now, name, old)
         return self._take()
+
+    def check_option(self, name: str, value) -> None:
+        """SettingError when a feature cannot take this value of one of its settings (the
+        schema's range was checked already)."""
+        for check in self._setting_checks.get(name, ()):
+            check(name, value)
 
     def on_setting(self, names, watcher, check=None) -> None:
         """For the features: watcher(now, name, old value) after one of these settings is

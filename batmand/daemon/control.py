@@ -14,7 +14,6 @@ import struct
 
 from batmand.core import ping
 from batmand.core.config import FLAG, HARDIF_SETTINGS, SettingError, check_rules
-from batmand.core.gateway import resolve_sel_class
 from batmand.core.ping import PingSession, TracerouteSession
 from batmand.wire import Mac
 from batmand.wire.constants import TTL
@@ -304,8 +303,7 @@ class ControlServer:
             value = setting.parse(args.get("value"))
             check_rules(dataclasses.replace(config, **{setting.name: value}),
                         elps | options.elp_intervals(self.service.options.hardif), changed=setting.name)
-            if setting.name == "gw_sel_class":
-                resolve_sel_class(dataclasses.replace(config, gw_sel_class=value), self.service.mesh.algo)
+            self.service.mesh.check_option(setting.name, value)
         except SettingError as exc:
             raise CommandError(str(exc)) from None
         return setting, value

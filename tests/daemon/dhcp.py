@@ -77,6 +77,20 @@ def udhcpc_argv(ifname: str, script: str, tries: int, timeout_s: int, broadcast:
             *(["-B"] if broadcast else [])]
 
 
+def _await_listening(server, exited, what: str, timeout: float, step: float) -> None:
+    """Until `server` listens on UDP 67; DhcpError when it exited first (exited() says how)
+    or does not listen within `timeout` (it is stopped then)."""
+    deadline = time.monotonic() + timeout
+    while not server.listening():
+        how = exited()
+        if how is not None:
+            raise DhcpError(f"{what} exited with {how}")
+        if time.monotonic() > deadline:
+            server.stop()
+            raise DhcpError(f"{what} does not listen on UDP 67 after {timeout:g} s")
+        time.sleep(step)
+
+
 # --- on the host: dnsmasq and udhcpc in a namespace ------------------------------------------------
 
 
@@ -110,15 +124,11 @@ class Dnsmasq:
             # `ip netns exec` execs in place: the Popen's pid is dnsmasq's own
             self.proc = subprocess.Popen(in_netns(self.ns, self.argv), stdin=subprocess.DEVNULL, stdout=out,
                                          stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while not self.listening():
-            if self.proc.poll() is not None:
-                raise DhcpError(f"dnsmasq in {self.ns} exited with {self.proc.returncode}: "
-                                f"{self.output.read_text().strip()} {self._log_text().strip()}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise DhcpError(f"dnsmasq in {self.ns} does not listen on UDP 67 after {timeout:g} s")
-            time.sleep(0.05)
+        def exited():
+            if self.proc.poll() is None:
+                return None
+            return f"{self.proc.returncode}: {self.output.read_text().strip()} {self._log_text().strip()}"
+        _await_listening(self, exited, f"dnsmasq in {self.ns}", timeout, 0.05)
         return self
 
     def listening(self) -> bool:
@@ -201,15 +211,12 @@ class GuestUdhcpd:
         self.lab.shell(self.node, f"cat > {self.conf} <<'EOF'\n{self.config}EOF\ntouch {self.leasefile}", check=True)
         # -a 100: a short ARP probe of an address before offering it (the default waits 2 s)
         self.job = self.lab.spawn(self.node, ["udhcpd", "-f", "-a", "100", self.conf])
-        deadline = time.monotonic() + timeout
-        while not self.listening():
-            if self.job.poll() is not None:
-                out, err = self.job.output()
-                raise DhcpError(f"udhcpd in {self.node} exited with {self.job.returncode}: {out}{err}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise DhcpError(f"udhcpd in {self.node} does not listen on UDP 67 after {timeout:g} s")
-            time.sleep(0.2)
+        def exited():
+            if self.job.poll() is None:
+                return None
+            out, err = self.job.output()
+            return f"{self.job.returncode}: {out}{err}"
+        _await_listening(self, exited, f"udhcpd in {self.node}", timeout, 0.2)
         return self
 
     def listening(self) -> bool:

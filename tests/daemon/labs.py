@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import time
 
 from batmand.lab import Lab, load
@@ -45,14 +46,21 @@ def orig_mac(lab: Lab, node: str) -> str:
     return lab.exec(node, ["cat", f"/sys/class/net/{_primary_if(lab, node)}/address"], check=True).stdout.strip()
 
 
+def own_ttvn(lab: Lab, node: str) -> int:
+    """The ttvn of `node`'s local table, from the header batctl tl prints."""
+    header = lab.batmanctl(node, "tl", check=True).stdout.splitlines()[0]
+    return int(re.search(r"TTVN: (\d+)", header)[1])
+
+
 def tt_synced(lab: Lab, node: str, owner: str) -> bool:
     """`node` holds `owner`'s bat0 MAC as announced in `owner`'s TT (not a temporary entry
-    learnt from a broadcast), so its unicast headers carry `owner`'s current ttvn. Before
-    that, relays that know the newer ttvn drop its frames, as kernel nodes do."""
+    learnt from a broadcast) at `owner`'s current ttvn, so its unicast headers carry that
+    ttvn. Before that, relays that know the newer ttvn drop its frames, as kernel nodes do;
+    and a node's ttvn moves for a while after start-up, as its multicast listeners appear."""
     rows = json.loads(lab.batmanctl(node, "tg", "--json", check=True).stdout)
-    mac, orig = lab.mesh_mac(owner), lab.originator(owner)
+    mac, orig, ttvn = lab.mesh_mac(owner), lab.originator(owner), own_ttvn(lab, owner)
     return any(r["tt_address"] == mac and r["orig_address"] == orig and not r["tt_flags"] & TtClientFlags.TEMP
-               for r in rows)
+               and r["tt_last_ttvn"] == ttvn for r in rows)
 
 
 def wait_for(predicate, timeout: float, step: float = 0.1):

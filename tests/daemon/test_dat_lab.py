@@ -182,9 +182,12 @@ def test_dat_in_a_line_of_five():
         assert lab.batmanctl(X, "dat", "0", check=True).returncode == 0
         assert lab.batmanctl(X, "dat", check=True).stdout.strip() == "disabled"
         with FrameCapture(lab.ns(X), ifx) as capd:
-            time.sleep(5 * INTERVAL_MS / 1000)  # the peers hear an OGM without the container
-        ogms = capd.own_ogms(_orig_of(X))
-        assert ogms and not any(has_dat_container(o) for o in ogms)
+            time.sleep(6 * INTERVAL_MS / 1000)  # the peers hear an OGM without the container
+        # an IV OGM is built when it is scheduled, an interval before it leaves (as in the
+        # kernel): the first one or two may still carry the container, none after a bare one
+        carried = [has_dat_container(o) for o in capd.own_ogms(_orig_of(X))]
+        assert False in carried, carried
+        assert True not in carried[carried.index(False):] and carried.count(True) <= 2, carried
         with FrameCapture(lab.ns(asker), ify) as cap:
             host_sends(lab.ns(asker), arp_request(macs[asker], ips[asker], nobody))
             time.sleep(0.3)

@@ -96,8 +96,21 @@ def test_parallel_paths_follow_the_better_link_and_switch():
         wait_for(lambda: best_routes(lab, "a").get(d) in via_b, timeout=60)
         back = time.monotonic() - t1
         print(f"parallel: switched to c after {switched:.1f} s, back to b after {back:.1f} s (OGM interval 0.25 s)")
-        ping = lab.exec("a", ["ping", "-c", "3", "-i", "0.2", "-W", "2", lab.address("d")])
-        assert ping.returncode == 0
+        # the replies take d's own route, which may still run over the 30 % path for a while
+        # (half the round trips lost there): wait for it to come back to b as well
+        a, b_towards_d = orig_mac(lab, "a"), _mac_towards(lab, "b", "d")
+        wait_for(lambda: best_routes(lab, "d").get(a) == b_towards_d, timeout=60)
+        # and TT views current again: a TT exchange over the 30 % path may have lagged
+        wait_for(lambda: tt_synced(lab, "a", "d") and tt_synced(lab, "d", "a"), timeout=30)
+        ping = lab.exec("a", ["ping", "-c", "5", "-i", "0.2", "-W", "2", lab.address("d")])
+        assert ping.returncode == 0, ping.stdout
+
+
+def _mac_towards(lab, node: str, peer: str) -> str:
+    """The MAC of `node`'s hard interface on its link to `peer`."""
+    link = next(l for l in lab.topology.links if {l.a, l.b} == {node, peer})
+    ifname = link.ifname_a if link.a == node else link.ifname_b
+    return lab.exec(node, ["cat", f"/sys/class/net/{ifname}/address"], check=True).stdout.strip()
 
 
 def test_stopped_node_is_purged():

@@ -52,19 +52,36 @@ def ping(lab, src, dst_node, *extra, count=3) -> bool:
     return lab.exec(src, args).returncode == 0
 
 
-def converge(lab, timeout=90) -> float:
-    """Every node knows every other node's originator, and bat0 pings work everywhere."""
-    origs = {n: originator(lab, n) for n in lab.topology.nodes}
+def tg_text(lab, node) -> str:
+    """batctl tg as the node prints it (batmanctl prints the same lines)."""
+    return (lab.exec(node, ["batctl", "tg"]) if lab.is_kernel(node) else lab.batmanctl(node, "tg")).stdout
 
-    def done():
-        for n in lab.topology.nodes:
+
+def converge(lab, timeout=90) -> float:
+    """Every node knows every other node's originator, and holds its bat0 MAC in its global
+    TT. The second can lag the first by a TT request timeout (3 s): a kernel running V asks
+    for a new originator's table before it has a route to it, and that first request is lost."""
+    nodes = lab.topology.nodes
+    origs = {n: originator(lab, n) for n in nodes}
+    macs = {n: bat0_mac(lab, n) for n in nodes}
+
+    def routes():
+        for n in nodes:
             best = {r["orig_address"] for r in _o_rows(lab, n) if r["best"] and r["metric"] > 0}
-            if not {origs[m] for m in lab.topology.nodes if m != n} <= best:
+            if not {origs[m] for m in nodes if m != n} <= best:
                 return False
         return True
 
-    _, waited = wait_for(done, timeout=timeout, step=1.0)
-    return waited
+    def tables():
+        for n in nodes:
+            lines = [line for line in tg_text(lab, n).splitlines() if line.lstrip().startswith("*")]
+            if not all(any(macs[m] in line and origs[m] in line for line in lines) for m in nodes if m != n):
+                return False
+        return True
+
+    _, waited = wait_for(routes, timeout=timeout, step=1.0)
+    _, tt_waited = wait_for(tables, timeout=timeout, step=0.5)
+    return waited + tt_waited
 
 
 def check_all(lab, report: dict, *, tcp_pair: tuple[str, str] | None = None, algo: str = "BATMAN_IV") -> None:

@@ -10,8 +10,11 @@ is dropped when nobody is interested, and is flooded otherwise (and for what can
 snooped: IGMP/MLD reports, 224.0.0.0/24 and ff02::1 when some node wants those, non-IP).
 
 What bat0's hosts listen to comes from the daemon (`HostGroups`, refreshed every 500 ms as
-the kernel's batadv_mcast_mla_update). We do not send or announce the MCAST packet type
-(HAVE_MC_PTYPE_CAPA stays clear, as in 2022.3), so no kernel node sends it to us."""
+the kernel's batadv_mcast_mla_update). As batman-adv 2024.0 and later, we announce that we
+take the MCAST packet type (HAVE_MC_PTYPE_CAPA) while all our active hard interfaces have
+the IPv6 minimum MTU, and send one MCAST packet instead of unicast copies when every node
+announced it (multicast_forw.py); a single node without it (any kernel before 2024.0)
+keeps the whole mesh on unicast copies."""
 
 from __future__ import annotations
 
@@ -22,9 +25,12 @@ from batmand.wire import InnerFrame, Mac, McastTvlv
 from batmand.wire.constants import TvlvType
 
 from .hooks import MULTICAST
+from .multicast_forw import IPV6_MIN_MTU, McastForwarding, packet_len
 
 WANT_ALL_UNSNOOPABLES, WANT_ALL_IPV4, WANT_ALL_IPV6, WANT_NO_RTR4, WANT_NO_RTR6 = 0x01, 0x02, 0x04, 0x08, 0x10
-PEER_DEFAULT = WANT_NO_RTR4 | WANT_NO_RTR6  # an originator whose OGMs we have not read yet
+HAVE_MC_PTYPE_CAPA = 0x20
+# an originator whose OGMs we have not read yet (2024.0+: counted as capable until we know)
+PEER_DEFAULT = WANT_NO_RTR4 | WANT_NO_RTR6 | HAVE_MC_PTYPE_CAPA
 ETH_P_IP, ETH_P_IPV6 = 0x0800, 0x86DD
 IPPROTO_IGMP, IPPROTO_ICMPV6 = 2, 58
 IGMP_REPORTS = {0x12, 0x16, 0x22}  # v1, v2, v3 membership reports
@@ -105,6 +111,8 @@ class Multicast:
         self.announced: list[Mac] = []  # our listener entries in the local TT
         self.peers: dict[Mac, int] = {}  # originator -> its flags, for those whose OGMs we read
         self.announcing: set[Mac] = set()  # those whose last OGM carried the container (HAS_MCAST)
+        self.not_capable: set[Mac] = set()  # those without HAVE_MC_PTYPE_CAPA (num_no_mc_ptype_capa)
+        self.forwarding = McastForwarding(mesh)
         # the originators in each "wants" list, newest first (the kernel's hlists)
         self.wants: dict[str, OrderedDict] = {k: OrderedDict() for k in ("unsnoopables", "ipv4", "ipv6", "rtr4", "rtr6")}
         mesh.tvlv.handle_ogm(TvlvType.MCAST, McastTvlv.VERSION, self._ogm_container, when_absent=True)
@@ -119,6 +127,8 @@ class Multicast:
         self.groups = groups
         self.flags = own_flags(groups)
         wanted = listener_macs(groups, self.flags)
+        if all(iface.mtu >= IPV6_MIN_MTU for iface in self.mesh.active_ifaces()):
+            self.flags |= HAVE_MC_PTYPE_CAPA  # an MCAST packet fits all our links
         tt = self.mesh.tt
         for mac in [m for m in self.announced if m not in wanted]:
             tt.local_remove(mac, 0, roaming=False)
@@ -148,6 +158,7 @@ class Multicast:
                 members.move_to_end(orig, last=False)
             elif not wanted:
                 members.pop(orig, None)
+        (self.not_capable.discard if new & HAVE_MC_PTYPE_CAPA else self.not_capable.add)(orig)
         if flags is None:
             self.peers.pop(orig, None)
             self.announcing.discard(orig)
@@ -181,8 +192,9 @@ class Multicast:
         return _FLOOD
 
     def _host_tx(self, now: float, inner: InnerFrame, vid: int) -> bool:
-        """batadv_mcast_forw_mode and batadv_mcast_forw_send for a host frame to a multicast
-        (not the broadcast) address: unicast copies, dropped, or flooded (not consumed)."""
+        """batadv_mcast_forw_mode and its senders for a host frame to a multicast (not the
+        broadcast) address: one MCAST packet, unicast copies, dropped, or flooded (not
+        consumed)."""
         if not inner.h_dest.is_multicast or inner.h_dest.is_broadcast or not self.mesh.config.multicast_mode:
             return False
         kind = self._classify(inner)
@@ -194,7 +206,7 @@ class Multicast:
             return True
         family, unsnoopable, routable = kind
         entry = mesh.tt.global_.get((inner.h_dest, 0))
-        listeners = list(entry.origs) if entry is not None else []
+        listeners = list(reversed(entry.origs)) if entry is not None else []  # the newest announcer first
         want_all = list(self.wants["ipv4" if family == 4 else "ipv6"])
         routers = list(self.wants["rtr4" if family == 4 else "rtr6"]) if routable else []
         unsnoop = len(self.wants["unsnoopables"]) if unsnoopable else 0
@@ -203,13 +215,21 @@ class Multicast:
             mesh.counters["tx_dropped"] += 1
             mesh.counters.drop("mcast_no_listener")
             return True
-        if unsnoop or total > mesh.config.multicast_fanout:
+        if unsnoop:
             return False  # flooded as a broadcast
+        frame_len = len(inner.encode())
+        if not self.not_capable and self.flags is not None and self.flags & HAVE_MC_PTYPE_CAPA \
+                and packet_len(frame_len, total) <= IPV6_MIN_MTU:
+            self.forwarding.send_own(now, inner, listeners + want_all + routers)
+            mesh.counters.add("tx", frame_len)
+            return True
+        if total > mesh.config.multicast_fanout:
+            return False
         sent = False
         for orig in listeners + want_all + routers:
             sent |= mesh.routing.send_unicast(now, inner, mesh.originators.get(orig))
         if sent:
-            mesh.counters.add("tx", len(inner.encode()))
+            mesh.counters.add("tx", frame_len)
         else:
             mesh.counters["tx_dropped"] += 1
         return True

@@ -75,10 +75,22 @@ def _data(net, name, frame):
     return [p for p in map(lambda f: decode_frame(f).packet, sent) if not isinstance(p, IvOgm)]
 
 
+def _without_mcast_packets(net, name):
+    """Take `name`'s MTU below 1280 bytes: it no longer announces HAVE_MC_PTYPE_CAPA, and
+    the others fall back from MCAST packets to unicast copies."""
+    mesh = net.nodes[name].mesh
+    mesh.set_mtu(mesh.ifaces[0].name, 1200)
+    mesh.multicast.update(net.now, mesh.multicast.groups)
+    net.run_for(1)
+
+
 def test_multicast_goes_to_its_listeners_only():
     net = _net()
     a = net.nodes["A"].mesh
-    assert a.multicast.peers and all(f == 0x18 for f in a.multicast.peers.values())
+    # unbridged, no routers, MTUs of 1500: 0x38 (0x18 and the MCAST packet capability)
+    assert a.multicast.peers and all(f == 0x38 for f in a.multicast.peers.values())
+    _without_mcast_packets(net, "D")
+    assert a.multicast.peers[net.nodes["D"].orig] == 0x18 and a.multicast.not_capable == {net.nodes["D"].orig}
     # nobody listens: dropped, as the kernel does
     dropped = a.counters["tx_dropped"]
     assert _data(net, "A", ip4(G4)) == [] and a.counters["tx_dropped"] == dropped + 1

@@ -438,8 +438,7 @@ class Mesh:
 
     def ogm_tvlvs(self, now: float) -> list:
         """The containers of our own (primary) OGM, from the features that contribute one
-        (TT, GW, DAT). No MCAST container until multicast exists: its absence tells kernel
-        nodes exactly that (CIFNOTFND)."""
+        (TT, GW, MCAST, DAT)."""
         return self.tvlv.ogm_containers(now, OGM_TVLV_ROOM)
 
     def ogm_tvlvs_received(self, now: float, orig_node: OrigNode, tvlvs: list) -> None:

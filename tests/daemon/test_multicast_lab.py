@@ -1,7 +1,9 @@
 """Multicast optimisations between batmand nodes in namespaces (line5, defaults but a short
-OGM interval): a receiver joins a group on n5, a sender on n1 sends to it; the frames go as
-unicast to n5 only (no BCAST on the line), n5's listener entry is in n1's global TT; after
-the receiver leaves, the entry goes and the sender's frames go nowhere."""
+OGM interval): a receiver joins a group on n5, a sender on n1 sends to it. With every node
+capable the frames go as MCAST packets listing n5 (counted by the mcast_* counters); once
+one node's links are below 1280 bytes, as unicast copies, one per listener; above
+multicast_fanout listeners, as a flood; after the receivers leave, their entries go and the
+sender's frames go nowhere."""
 
 from __future__ import annotations
 
@@ -10,8 +12,8 @@ import sys
 import time
 
 from tests.daemon.frames import FrameCapture
-from tests.daemon.labs import make_lab, wait_for
-from batmand.wire import Bcast, Unicast
+from tests.daemon.labs import make_lab, stats, wait_for
+from batmand.wire import Bcast, Mcast, Unicast
 
 GROUP = "239.7.7.7"
 GROUP_MAC = "01:00:5e:07:07:07"
@@ -39,8 +41,8 @@ for i in range(int(sys.argv[2])):
 
 
 def _to_group(cap):
-    """Our frames out of the link that carry a frame for the group (as UNICAST or BCAST)."""
-    return [s for s in cap.seen_frames(outgoing=True) if isinstance(s.packet, (Unicast, Bcast))
+    """Our frames out of the link that carry a frame for the group (as MCAST, UNICAST or BCAST)."""
+    return [s for s in cap.seen_frames(outgoing=True) if isinstance(s.packet, (Mcast, Unicast, Bcast))
             and str(s.packet.inner.h_dest) == GROUP_MAC]
 
 
@@ -48,35 +50,74 @@ def _global_tt(lab, node):
     return {r["tt_address"] for r in json.loads(lab.batmanctl(node, "tg", "--json", check=True).stdout)}
 
 
-def test_multicast_reaches_its_listener_as_unicast_and_stops_after_it_leaves():
+def _first_link(lab, node):
+    link = next(link for link in lab.topology.links if node in (link.a, link.b))
+    return link.ifname_a if link.a == node else link.ifname_b
+
+
+def _send(lab, cap_node, count):
+    with FrameCapture(lab.ns(cap_node), [_first_link(lab, cap_node)]) as cap:
+        lab.exec("n1", [sys.executable, "-c", SENDER, lab.address("n1"), str(count)], check=True)
+        time.sleep(1)
+    return _to_group(cap)
+
+
+def _join(lab, node):
+    receiver = lab.spawn(node, [sys.executable, "-c", RECEIVER, lab.address(node)], stdout=-1, text=True)
+    assert receiver.stdout.readline().strip() == "joined"
+    return receiver
+
+
+def test_multicast_reaches_its_listeners_only_and_stops_after_they_leave():
     with make_lab("line5", orig_interval_ms=200) as lab:
         lab.start()
         wait_for(lambda: len(json.loads(lab.batmanctl("n1", "o", "--json").stdout or "[]")) >= 4, timeout=30)
-        # batmanctl mf: our flags and every other node's, unbridged and without routers (0x18)
+        # batmanctl mf: our flags and every other node's: unbridged, no routers, MTUs of at
+        # least 1280 (the MCAST packet capability): 0x38, as batman-adv 2024.0 and later
         mf = lab.batmanctl("n1", "mf", check=True).stdout.splitlines()
-        assert mf[1] == "Multicast flags (own flags: [.... . P])" and mf[6] == "       Originator Flags", mf
-        assert len([line for line in mf[7:] if line.endswith(" [.... . P]")]) == 4, mf
+        assert mf[1] == "Multicast flags (own flags: [.... . .])" and mf[6] == "       Originator Flags", mf
+        assert len([line for line in mf[7:] if line.endswith(" [.... . .]")]) == 4, mf
         rows = json.loads(lab.batmanctl("n1", "mf", "--json", check=True).stdout)
-        assert all(r["mcast_flags"]["raw"] == 0x18 and r["mcast_flags"]["want_no_rtr_ipv4"] for r in rows), rows
-        receiver = lab.spawn("n5", [sys.executable, "-c", RECEIVER, lab.address("n5")], stdout=-1, text=True)
+        assert all(r["mcast_flags"]["raw"] == 0x38 and r["mcast_flags"]["have_mc_ptype_capa"] for r in rows), rows
+        receivers = [_join(lab, "n5")]
         try:
-            assert receiver.stdout.readline().strip() == "joined"
             wait_for(lambda: GROUP_MAC in _global_tt(lab, "n1"), timeout=15)
-            links = [link for link in lab.topology.links if "n1" in (link.a, link.b)]
-            ifname = links[0].ifname_a if links[0].a == "n1" else links[0].ifname_b
-            with FrameCapture(lab.ns("n1"), [ifname]) as cap:
-                lab.exec("n1", [sys.executable, "-c", SENDER, lab.address("n1"), "5"], check=True)
-                time.sleep(1)
-            frames = _to_group(cap)
-            assert len(frames) == 5 and all(isinstance(f.packet, Unicast) for f in frames), cap.summary()
-            got = [receiver.stdout.readline().strip() for _ in range(5)]
-            assert got == [f"m{i}" for i in range(5)]
+            # every node capable: one MCAST packet per frame, listing n5, relayed hop by hop
+            before = {n: stats(lab, n) for n in ("n1", "n3", "n5")}
+            frames = _send(lab, "n1", 5)
+            assert len(frames) == 5 and all(isinstance(f.packet, Mcast) for f in frames), [f.describe() for f in frames]
+            assert {tuple(map(str, f.packet.tvlvs[0].dests)) for f in frames} == {(lab.originator("n5"),)}
+            assert [receivers[0].stdout.readline().strip() for _ in range(5)] == [f"m{i}" for i in range(5)]
+            after = {n: stats(lab, n) for n in ("n1", "n3", "n5")}
+            grew = {(n, k): after[n][k] - before[n][k] for n in after for k in ("mcast_tx_local", "mcast_fwd",
+                                                                              "mcast_rx_local")}
+            assert grew == {("n1", "mcast_tx_local"): 5, ("n1", "mcast_fwd"): 0, ("n1", "mcast_rx_local"): 0,
+                            ("n3", "mcast_tx_local"): 0, ("n3", "mcast_fwd"): 5, ("n3", "mcast_rx_local"): 0,
+                            ("n5", "mcast_tx_local"): 0, ("n5", "mcast_fwd"): 0, ("n5", "mcast_rx_local"): 5}, grew
+            # a second listener on n3, and n4's link below 1280 bytes: n4 loses the capability,
+            # so n1 falls back to a unicast copy per listener
+            receivers.append(_join(lab, "n3"))
+            wait_for(lambda: lab.batmanctl("n1", "tg", "--json", check=True).stdout.count(GROUP_MAC) == 2, timeout=15)
+            for ifname in lab.topology.hard_interfaces("n4"):
+                lab.exec("n4", ["ip", "link", "set", ifname, "mtu", "1200"], check=True)
+            n4 = lab.originator("n4")
+            wait_for(lambda: any(r["orig_address"] == n4 and r["mcast_flags"]["raw"] == 0x18
+                                 for r in json.loads(lab.batmanctl("n1", "mf", "--json", check=True).stdout)),
+                     timeout=15)
+            frames = _send(lab, "n1", 3)
+            assert len(frames) == 6 and all(isinstance(f.packet, Unicast) for f in frames), [f.describe() for f in frames]
+            assert sorted({str(f.packet.dest) for f in frames}) == sorted([lab.originator("n3"), lab.originator("n5")])
+            for receiver in receivers:
+                assert [receiver.stdout.readline().strip() for _ in range(3)] == [f"m{i}" for i in range(3)]
+            # more listeners than multicast_fanout: a flood
+            assert lab.batmanctl("n1", "multicast_fanout", "1", check=True).returncode == 0
+            frames = _send(lab, "n1", 2)
+            assert len(frames) == 2 and all(isinstance(f.packet, Bcast) for f in frames), [f.describe() for f in frames]
+            lab.batmanctl("n1", "multicast_fanout", "16", check=True)
         finally:
-            receiver.kill()
-            receiver.wait()
-        # the receiver left: n5 withdraws its entry, n1 sends its frames nowhere
+            for receiver in receivers:
+                receiver.kill()
+                receiver.wait()
+        # the receivers left: their entries go, n1 sends its frames nowhere
         wait_for(lambda: GROUP_MAC not in _global_tt(lab, "n1"), timeout=15)
-        with FrameCapture(lab.ns("n1"), [ifname]) as cap:
-            lab.exec("n1", [sys.executable, "-c", SENDER, lab.address("n1"), "3"], check=True)
-            time.sleep(0.5)
-        assert not _to_group(cap), cap.summary()
+        assert not _send(lab, "n1", 3)

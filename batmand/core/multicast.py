@@ -42,11 +42,15 @@ _FLOOD, _DROP = "flood", "drop"
 @dataclass(frozen=True)
 class HostGroups:
     """What the daemon knows about the multicast listeners behind bat0: the IPv4 and IPv6
-    groups bat0 (or the bridge it is a port of) is a member of, and when bridged whether
-    IGMP/MLD queriers exist or are shadowed behind other ports, and multicast routers."""
+    groups bat0 (or the bridge it is a port of) is a member of, and when bridged the groups
+    the bridge snooped on its other ports, whether IGMP/MLD queriers exist or are shadowed
+    behind other ports, and multicast routers."""
 
     ipv4: tuple[bytes, ...] = ()
     ipv6: tuple[bytes, ...] = ()
+    # the bridge's MDB groups on ports other than bat0's (br_multicast_list_adjacent, in its
+    # order): IPv4 as 4 bytes, IPv6 as 16, mixed as the kernel lists them
+    bridge_groups: tuple[bytes, ...] = ()
     bridged: bool = False
     querier4: bool = False  # an IGMP querier exists (bridged only)
     querier6: bool = False
@@ -70,26 +74,29 @@ def own_flags(groups: HostGroups) -> int:
 
 
 def listener_macs(groups: HostGroups, flags: int) -> list[Mac]:
-    """The multicast MACs we announce for our listeners (batadv_mcast_mla_meshif_get_*):
-    all groups of a family unless we want all of it; not the unsnoopable ones when bridged
-    (the flag covers them); not the routable ones when we have a router; never IPv6 scopes
-    below link-local. One MAC per set of groups that map to it, in the kernel's order."""
-    macs: list[Mac] = []
-    if not flags & WANT_ALL_IPV4:
-        for g in groups.ipv4:
-            link_local = g[:3] == b"\xe0\x00\x00"
-            if (flags & WANT_ALL_UNSNOOPABLES and link_local) or (not flags & WANT_NO_RTR4 and not link_local):
-                continue
-            macs.append(Mac(bytes([0x01, 0x00, 0x5E, g[1] & 0x7F, g[2], g[3]])))
-    if not flags & WANT_ALL_IPV6:
-        for g in groups.ipv6:
-            scope = g[1] & 0x0F
-            if scope < 2 or (flags & WANT_ALL_UNSNOOPABLES and g == ALL_NODES6):
-                continue
-            if not flags & WANT_NO_RTR6 and scope > 2:
-                continue
-            macs.append(Mac(b"\x33\x33" + g[12:16]))
-    return list(dict.fromkeys(reversed(macs)))  # collected by prepending, as the kernel's list
+    """The multicast MACs we announce for our listeners (batadv_mcast_mla_meshif_get_* and
+    mla_bridge_get): all groups of a family unless we want all of it; not the unsnoopable
+    ones when bridged (the flag covers them); not the routable ones when we have a router;
+    never the device's IPv6 groups below link-local scope (the bridge's have no such check).
+    One MAC per set of groups that map to it, in the kernel's order."""
+    device = list(groups.ipv4) + [g for g in groups.ipv6 if g[1] & 0x0F >= 2]
+    macs = [mac for g in device + list(groups.bridge_groups) if (mac := _listener_mac(g, flags)) is not None]
+    # the kernel skips a MAC it has already collected and prepends the others
+    return list(reversed(dict.fromkeys(macs)))
+
+
+def _listener_mac(group: bytes, flags: int) -> Mac | None:
+    """The MAC announced for one IPv4 or IPv6 group, or None when our flags cover it."""
+    if len(group) == 4:
+        link_local = group[:3] == b"\xe0\x00\x00"  # 224.0.0.0/24
+        if flags & WANT_ALL_IPV4 or (flags & WANT_ALL_UNSNOOPABLES and link_local) \
+                or (not flags & WANT_NO_RTR4 and not link_local):
+            return None
+        return Mac(bytes([0x01, 0x00, 0x5E, group[1] & 0x7F, group[2], group[3]]))
+    if flags & WANT_ALL_IPV6 or (flags & WANT_ALL_UNSNOOPABLES and group == ALL_NODES6) \
+            or (not flags & WANT_NO_RTR6 and group[1] & 0x0F > 2):
+        return None
+    return Mac(b"\x33\x33" + group[12:16])
 
 
 def peer_flags(tvlv: McastTvlv | None) -> int:

@@ -26,7 +26,7 @@ from batmand.dataplane.pool import InlineDataPlane, WorkerPool
 
 from .control import ControlServer
 from .events import Events
-from .mcast_groups import host_groups
+from .mcast_groups import HostGroupsReader
 from . import protocol, state
 from .links import link_speed
 from .netlink import Link, LinkMonitor
@@ -177,10 +177,14 @@ class Service:
                     failing = type(exc)
 
     async def _multicast_listeners(self) -> None:
-        """Every 500 ms (BATADV_MCAST_WORK_PERIOD): the groups bat0's hosts listen to."""
+        """Every 500 ms (BATADV_MCAST_WORK_PERIOD): the groups bat0's hosts listen to. Read in
+        a thread: when bat0 is bridged that asks rtnetlink, which waits while another holds
+        the rtnl lock, and the OGM timers must not wait with it."""
+        reader = HostGroupsReader(self.softif.name)
         while True:
             try:
-                self._apply(self.mesh.set_host_groups(self.now(), host_groups(self.softif.name)))
+                groups = await asyncio.to_thread(reader.read, self.now())
+                self._apply(self.mesh.set_host_groups(self.now(), groups))
             except Exception:  # noqa: BLE001 - logged, the next round tries again
                 log.exception("reading bat0's multicast groups failed")
             await asyncio.sleep(MCAST_WORK_PERIOD)

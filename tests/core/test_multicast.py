@@ -1,15 +1,16 @@
 """Multicast optimisations in the core: our flags and listener entries with worked cases
-(the kernel's batadv_mcast_mla_flags_get and mla_meshif_get_*), peers' flags, and the
-transmit decision in the simulator: unicast copies to the listeners, nothing when nobody
-listens, a flood when there are too many or the frame cannot be snooped."""
+(the kernel's batadv_mcast_mla_flags_get, mla_meshif_get_* and mla_bridge_get), peers'
+flags, and the transmit decision in the simulator: unicast copies to the listeners,
+nothing when nobody listens, a flood when there are too many or the frame cannot be
+snooped."""
 
 from __future__ import annotations
 
 import struct
 
 from batmand.core.config import MeshConfig
-from batmand.core.multicast import (HostGroups, listener_macs, own_flags, peer_flags, WANT_ALL_IPV4, WANT_ALL_IPV6,
-                                    WANT_ALL_UNSNOOPABLES, WANT_NO_RTR4, WANT_NO_RTR6)
+from batmand.core.multicast import (ALL_NODES6, HostGroups, listener_macs, own_flags, peer_flags, WANT_ALL_IPV4,
+                                    WANT_ALL_IPV6, WANT_ALL_UNSNOOPABLES, WANT_NO_RTR4, WANT_NO_RTR6)
 from batmand.sim.network import Network
 from batmand.wire import Bcast, IvOgm, Mac, McastTvlv, Unicast, decode_frame
 
@@ -49,6 +50,51 @@ def test_listener_entries_by_the_kernels_rules():
     assert listener_macs(HostGroups(ipv4=v4, bridged=True), 0x07) == []  # wanting all: no entries
     # several groups on one MAC: one entry
     assert listener_macs(HostGroups(ipv4=(G4, bytes([239, 129, 2, 3]))), 0x18) == [G4_MAC]
+
+
+def test_one_mac_for_groups_that_share_it_in_the_kernels_order():
+    # 239.1.2.3 and 239.129.2.3 share a MAC: the kernel keeps the first it collects, and its
+    # list is built by prepending, so 239.9.9.9 (collected between them) comes first
+    groups = HostGroups(ipv4=(G4, bytes([239, 9, 9, 9]), bytes([239, 129, 2, 3])))
+    assert listener_macs(groups, own_flags(groups)) == [Mac("01:00:5e:09:09:09"), G4_MAC]
+
+
+def test_flags_with_a_multicast_router_behind_the_bridge():
+    # a router port on the bridge counts as a router here (br_multicast_has_router_adjacent)
+    assert own_flags(HostGroups(bridged=True, querier4=True, querier6=True, router4=True)) == 0x11
+    assert own_flags(HostGroups(bridged=True, querier4=True, querier6=True, router4=True, router6=True)) == 0x01
+    # without a querier the family is wanted whole, router or not
+    assert own_flags(HostGroups(bridged=True, querier6=True, router6=True)) == 0x03
+
+
+def test_bridge_entries_by_the_kernels_rules():
+    """batadv_mcast_mla_bridge_get: the MDB groups of the bridge's other ports, by the rules
+    of the device's groups but without the "IPv6 scope below link-local" skip; they come
+    first in the list (collected last, prepended)."""
+    mdns4, mdns6 = bytes([224, 0, 0, 251]), bytes.fromhex("ff0200000000000000000000000000fb")
+    site6 = bytes.fromhex("ff050000000000000000000000010003")
+    node_local6 = bytes.fromhex("ff010000000000000000000000000002")
+    device = dict(ipv4=(bytes([224, 0, 0, 1]), bytes([239, 5, 5, 5])),
+                  ipv6=(ALL_NODES6, bytes.fromhex("ff010000000000000000000000000001")))
+    bridge = (G4, mdns4, ALL_NODES6, mdns6, site6, node_local6)
+    queriers = dict(bridged=True, querier4=True, querier6=True)
+    groups = HostGroups(**device, bridge_groups=bridge, **queriers)
+    assert own_flags(groups) == 0x19
+    # the unsnoopables (224.0.0.x, ff02::1) are flagged instead; ff01::2 from the bridge
+    # stays, the device's ff01::1 does not
+    assert listener_macs(groups, own_flags(groups)) == [
+        Mac("33:33:00:00:00:02"), Mac("33:33:00:01:00:03"), Mac("33:33:00:00:00:fb"), G4_MAC,
+        Mac("01:00:5e:05:05:05")]
+    # a bridge entry on a MAC the device already announces: once, where the device's is
+    same = HostGroups(ipv4=(G4,), bridge_groups=(bytes([239, 9, 9, 9]), bytes([239, 129, 2, 3])), **queriers)
+    assert listener_macs(same, own_flags(same)) == [Mac("01:00:5e:09:09:09"), G4_MAC]
+    # an IPv6 router: only the link-local (and narrower) IPv6 groups; a shadowed IGMP
+    # querier: no IPv4 groups at all (we want all IPv4)
+    routed = HostGroups(**device, bridge_groups=bridge, **queriers, router6=True, shadowing4=True)
+    assert own_flags(routed) == 0x03
+    assert listener_macs(routed, own_flags(routed)) == [Mac("33:33:00:00:00:02"), Mac("33:33:00:00:00:fb")]
+    # no queriers: nothing from the bridge or the device
+    assert listener_macs(HostGroups(**device, bridge_groups=bridge, bridged=True), 0x07) == []
 
 
 def test_peer_flags():

@@ -20,6 +20,12 @@ class Broadcast:
         self.seqno = 1  # the first broadcast we send carries seqno 2, as the kernel's
         self.pending: list[tuple[float, str, bytes]] = []  # Wi-Fi repeats: (when, iface, frame)
         self.delayed: list[tuple[float, Bcast, object]] = []  # own broadcasts held back: (when, packet, keep)
+        self._receive_checks: list = []  # check(now, inner, orig) -> True: neither rebroadcast nor delivered
+
+    def on_receive(self, check) -> None:
+        """For the features: check(now, inner frame, orig) of each new broadcast before it is
+        rebroadcast; True drops it (BLA's duplicate list)."""
+        self._receive_checks.append(check)
 
     def send_own(self, now: float, inner: bytes, *, delay: float = 0.0, keep=None) -> None:
         """Flood the host's frame. With `delay` it waits that long and goes out only if
@@ -94,6 +100,9 @@ class Broadcast:
         orig_node.bcast_bits, moved = bit_get_packet(orig_node.bcast_bits, diff, True)
         if moved:
             orig_node.last_bcast_seqno = packet.seqno
+        if any(check(now, packet.inner, packet.orig) for check in self._receive_checks):
+            mesh.counters.drop("bcast_duplicate_frame")  # BLA's duplicate list: it came another way
+            return
         forward = Bcast(ttl=packet.ttl - 1, reserved=packet.reserved, seqno=packet.seqno, orig=packet.orig,
                         inner=packet.inner, version=packet.version)
         neigh = iface.neighbours.get(eth.h_source)

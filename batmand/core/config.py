@@ -317,7 +317,7 @@ class MeshConfig:
     multicast_fanout: int = setting(16, Range(0, U32_MAX), batctl=("multicast_fanout", "mo"),
                                     help="at most this many unicast copies of a multicast frame, else a flood")
     bridge_loop_avoidance: bool = setting(True, FLAG, batctl=("bridge_loop_avoidance", "bl"),
-                                          help="bridge loop avoidance (batctl bl)", feature="bridge loop avoidance")
+                                          help="bridge loop avoidance (batctl bl)")
     loglevel: str = setting("none", Levels(LOG_LEVELS), batctl=("loglevel", "ll"), help="debug log (batctl ll)",
                             feature="the debug log")
     # ETH_MIN_MTU..ETH_DATA_LEN: the kernel's range before jumbo frames, which our rings assume

@@ -12,9 +12,13 @@ from __future__ import annotations
 import bisect
 from typing import Callable
 
-# positions, in the kernel's order: DAT snoops DHCPACKs before the gateway's DHCP handling,
-# and ARP after it
-BLA, DAT_DHCP, GATEWAY_DHCP, DAT, MULTICAST = 10, 15, 20, 30, 40
+# positions, in the kernel's order: BLA before the sender is learnt (LEARN), DAT snoops
+# DHCPACKs before the gateway's DHCP handling, and ARP after it
+BLA, LEARN, DAT_DHCP, GATEWAY_DHCP, DAT, MULTICAST = 10, 12, 15, 20, 30, 40
+# toward the host: checks on the mesh packet first (BLA: a backbone gateway's broadcast),
+# then DAT's snooping; from INTERFACE_RX on, the frame has been counted as received
+# (batadv_interface_rx), where BLA decides last
+BLA_MESH, INTERFACE_RX, BLA_RX = 5, 100, 110
 
 TxHook = Callable[[float, object, int], bool]  # (now, inner frame, TT vid) -> consumed
 # (now, inner frame, TT vid, the packet that carried it: Bcast, Unicast, Unicast4Addr) -> consumed
@@ -35,8 +39,11 @@ class HostHooks:
         """A hook for frames about to be delivered to the host."""
         bisect.insort(self._rx, (position, len(self._rx), hook))
 
-    def host_tx(self, now: float, inner, vid: int) -> bool:
-        return any(hook(now, inner, vid) for _, _, hook in self._tx)
+    def host_tx(self, now: float, inner, vid: int, *, learnt: bool = True) -> bool:
+        """The hooks after the sender was learnt, or (learnt=False) those before LEARN."""
+        return any(hook(now, inner, vid) for position, _, hook in self._tx if (position > LEARN) == learnt)
 
-    def host_rx(self, now: float, inner, vid: int, packet) -> bool:
-        return any(hook(now, inner, vid, packet) for _, _, hook in self._rx)
+    def host_rx(self, now: float, inner, vid: int, packet, *, counted: bool = False) -> bool:
+        """The hooks before the frame is counted as received, or (counted=True) after."""
+        return any(hook(now, inner, vid, packet) for position, _, hook in self._rx
+                   if (position >= INTERFACE_RX) == counted)

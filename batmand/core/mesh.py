@@ -15,6 +15,8 @@ from batmand.wire.constants import ETH_P_BATMAN, PACKET_TYPE_NAMES, TTL, UNICAST
 
 from . import bat_iv, bat_v  # noqa: F401 - the algorithms register themselves
 from .algorithm import ALGORITHMS, RoutingAlgorithm
+from .bla import Bla
+from .bla_frames import is_loopdetect_mac
 from .broadcast import Broadcast
 from .config import HardifConfig, MeshConfig
 from .counters import Counters
@@ -77,6 +79,7 @@ class Mesh:
         self.icmp = Icmp(self)
         self.gateway = Gateway(self)
         self.multicast = Multicast(self)  # its container before DAT's, the kernel's order
+        self.bla = Bla(self, now)
         self.dat = Dat(self)
         self.reassembly = Reassembly(self.counters, self.config)
         self.frag_seqno = self.rng.getrandbits(16)
@@ -312,12 +315,15 @@ class Mesh:
         if inner.h_proto == ETH_P_BATMAN:  # InnerFrame.h_proto is the ethertype behind one 802.1Q tag
             self.counters.drop("batman_in_batman")
             return
-        if self.hooks.host_rx(now, inner, inner_vid(inner), packet):
+        vid = inner_vid(inner)
+        if self.hooks.host_rx(now, inner, vid, packet):
             return  # a feature took it (the distributed ARP table answered it, ...)
-        if orig_node is not None and not inner.h_source.is_multicast:
-            self.tt.add_temporary(now, orig_node, inner.h_source, inner_vid(inner))
         frame = inner.encode()
         self.counters.add("rx", len(frame))
+        if self.hooks.host_rx(now, inner, vid, packet, counted=True):
+            return  # received, but not for the host (BLA: another gateway's client)
+        if orig_node is not None and not inner.h_source.is_multicast and not is_loopdetect_mac(inner.h_source):
+            self.tt.add_temporary(now, orig_node, inner.h_source, vid)
         self._actions.append(Deliver(frame))
 
     def emit(self, action) -> None:

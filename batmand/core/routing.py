@@ -10,6 +10,7 @@ from batmand.wire import InnerFrame, Mac, Unicast, Unicast4Addr, Unicast4AddrSub
 from batmand.wire.constants import ETH_P_BATMAN, VLAN_HAS_TAG, PacketType, TtClientFlags as F
 from batmand.wire.ethernet import Ethernet
 
+from .bla_frames import is_loopdetect_mac
 from .fragmentation import fragment, priority_of
 
 _STP = Mac("01:80:c2:00:00:00")
@@ -72,7 +73,10 @@ class Routing:
             mesh.counters.drop("tx_batman_in_batman")
             return
         vid = inner_vid(inner)  # a VLAN the soft interface does not have refuses the client
-        if not inner.h_source.is_multicast and not mesh.tt.local_add(now, inner.h_source, vid):
+        if mesh.hooks.host_tx(now, inner, vid, learnt=False):
+            return  # a feature took it before its sender is learnt (BLA)
+        if not inner.h_source.is_multicast and not is_loopdetect_mac(inner.h_source) \
+                and not mesh.tt.local_add(now, inner.h_source, vid):
             mesh.counters["tx_dropped"] += 1
             return
         if inner.h_dest in (_STP, _ECTP):

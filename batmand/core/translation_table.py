@@ -119,6 +119,7 @@ class TranslationTable:
         self.roam_counts: dict[Mac, tuple[float, int]] = {}  # client -> (first time, roams left)
         self.dirty_clients: set = set()  # global entries whose route may have changed
         self.dirty_local: set = set()
+        self._ignored: list = []  # predicates (orig, vid): announcements not held (ignore_vlans_of)
 
     @property
     def counters(self):
@@ -451,8 +452,27 @@ class TranslationTable:
             self.counters.drop("tt_temporary_evicted")
             self._global_free(self.global_[next(iter(self.temporary))])
 
+    def ignore_vlans_of(self, predicate) -> None:
+        """For the features: predicate(orig, vid) says an originator's announcements on a
+        VLAN are not to be held (BLA: it is a backbone gateway of our LAN there)."""
+        self._ignored.append(predicate)
+
+    def _ignored_vlan(self, orig: Mac, vid: int) -> bool:
+        return any(predicate(orig, vid) for predicate in self._ignored)
+
+    def forget_vlan(self, orig_node, vid: int) -> None:
+        """Drop what an originator announced on one VLAN, and ask for its full table again
+        with its next OGM (the kernel clears its TT-initialised capability)."""
+        for key in [k for k in self.by_orig.get(orig_node.orig, ()) if k[1] == vid]:
+            self._global_del_orig_entry(self.global_[key], orig_node.orig)
+            if not self.global_[key].origs:
+                self._global_free(self.global_[key])
+        orig_node.has_tt = False
+
     def global_add(self, now: float, orig: Mac, addr: Mac, vid: int, flags: int, ttvn: int) -> bool:
         """batadv_tt_global_add; False when the table limits refuse it."""
+        if self._ignored_vlan(orig, vid):
+            return True
         key = (addr, vid)
         local = self.local.get(key)
         if flags & F.TEMP and local is not None and not local.flags & F.NEW:
@@ -544,11 +564,12 @@ class TranslationTable:
         vlans = self.orig_vlans.get(orig_node.orig, {})
         orig_node.tt_crcs = {vid: vlan.crc for vid, vlan in vlans.items()}
 
-    @staticmethod
-    def check_crc(orig_node, vlans: list[TtVlan]) -> bool:
-        """Every announced VLAN CRC matches ours, and we know no VLAN it did not announce."""
-        announced = {v.vid: v.crc for v in vlans}
-        return announced == orig_node.tt_crcs
+    def check_crc(self, orig_node, vlans: list[TtVlan]) -> bool:
+        """Every announced VLAN CRC matches ours, and we know no VLAN it did not announce;
+        VLANs whose announcements we ignore are not compared."""
+        orig = orig_node.orig
+        announced = {v.vid: v.crc for v in vlans if not self._ignored_vlan(orig, v.vid)}
+        return announced == {vid: crc for vid, crc in orig_node.tt_crcs.items() if not self._ignored_vlan(orig, vid)}
 
     def _apply_changes(self, now: float, orig_node, changes: list[TtChange], ttvn: int) -> bool:
         """Apply announced changes; stops (and returns False) when our limits refuse one."""

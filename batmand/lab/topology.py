@@ -192,7 +192,9 @@ class Topology:
         return BRIDGE if self.node_clients(node) else self.meshif
 
     def daemon_config(self, node: str) -> dict:
-        return {**self.batmand, **self.nodes[node].batmand}
+        """A batmand node's settings. Bridge loop avoidance is off unless the topology turns
+        it on, as for kernel nodes: its default (on) holds back broadcasts for the first ~30 s."""
+        return {"bridge_loop_avoidance": False, **self.batmand, **self.nodes[node].batmand}
 
     def find_link(self, a: str, b: str) -> tuple[Link, bool]:
         """The (first) link between a and b, and whether a is its `a` end."""

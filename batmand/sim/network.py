@@ -7,6 +7,7 @@ run is reproducible; minutes of mesh time run in seconds."""
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import random
@@ -50,7 +51,10 @@ class Segment:
 
 
 class Network:
-    def __init__(self, seed: int = 1, config: MeshConfig | None = None) -> None:
+    def __init__(self, seed: int = 1, config: MeshConfig | None = None, *, bla: bool = False) -> None:
+        """`bla`: the nodes run bridge loop avoidance (the kernel's default; off here unless
+        a test is about it)."""
+        self.bla = bla
         self.rng = random.Random(seed)
         self.config = config or MeshConfig()
         self.now = 0.0
@@ -67,7 +71,10 @@ class Network:
     def add_node(self, name: str, config: MeshConfig | None = None) -> SimNode:
         n = next(self._mac_counter)
         soft_mac = Mac(bytes([0x02, 0x5A, 0, n >> 16 & 0xFF, n >> 8 & 0xFF, n & 0xFF]))
-        mesh = Mesh(config or self.config, soft_mac=soft_mac, rng=random.Random(self.rng.random()), now=self.now)
+        config = config or self.config
+        if not self.bla:  # no LAN behind the nodes: BLA would only hold broadcasts back for ~30 s
+            config = dataclasses.replace(config, bridge_loop_avoidance=False)
+        mesh = Mesh(config, soft_mac=soft_mac, rng=random.Random(self.rng.random()), now=self.now)
         node = self.nodes[name] = SimNode(name, mesh)
         self._handle(node, [])
         return node

@@ -452,7 +452,7 @@ def test_settings(daemon, capsys):
 
 
 def test_settings_batmand_lacks_say_so(daemon, capsys):
-    """batctl's ap, b, dat, mm, bl and ll exist, and say that batmand does not implement
+    """batctl's ap, b and ll exist, and say that batmand does not implement
     them yet: neither a value read (it would look like a switch that works) nor a value set
     (users would believe it). The daemon is not asked."""
     daemon.answers["get"] = lambda args, send: send({"ok": True, "result": 0})
@@ -460,9 +460,6 @@ def test_settings_batmand_lacks_say_so(daemon, capsys):
     rc, out, err = run(capsys, "--socket", daemon.path, "ap")
     assert (rc, out, err) == (1, "", "batmanctl: ap_isolation: batmand does not implement AP isolation yet "
                                      "(the kernel's default is disabled)\n")
-    assert run(capsys, "--socket", daemon.path, "bl", "1")[2] == \
-        "batmanctl: bridge_loop_avoidance: batmand does not implement bridge loop avoidance yet " \
-        "(the kernel's default is enabled)\n"
     refused = [s for s in (*commands.SETTINGS, commands.LOGLEVEL) if s.refused]
     assert {s.abbr for s in refused} == {k.spec.batctl[1] for k in options.SETTINGS.values()
                                          if k.spec.batctl and not k.implemented}

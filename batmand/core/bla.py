@@ -439,9 +439,8 @@ class Bla:
             if loopdetect:
                 self._send(LOOPDETECT, self.loopdetect_addr, entry.vid)
             if not entry.synced:
-                if entry.wait_periods:
-                    entry.wait_periods -= 1
-                else:
+                entry.wait_periods = max(0, entry.wait_periods - 1)
+                if not entry.wait_periods:
                     self._sync(entry)
 
     # --- lookups for the other parts ------------------------------------------------------------

@@ -42,6 +42,21 @@ class SimNode:
 
 
 @dataclass(eq=False)
+class Lan:
+    """A LAN the soft interfaces of `members` are bridged into (with hosts of its own): a
+    frame a member delivers to its host goes onto the LAN, and from there into the other
+    members' soft interfaces, as a Linux bridge floods it. `frames` records what went
+    onto the LAN: (time, from member or None for a LAN host, frame)."""
+
+    members: list[str]
+    frames: list[tuple[float, str | None, bytes]] = field(default_factory=list)
+    learnt: dict[bytes, str | None] = field(default_factory=dict)  # source MAC -> where it was seen
+
+
+LAN_LATENCY = 0.00001  # a LAN hop is much faster than a mesh hop
+
+
+@dataclass(eq=False)
 class Segment:
     endpoints: list[tuple[SimNode, str]]
     loss: dict = field(default_factory=dict)  # (from node name, to node name) -> probability
@@ -65,6 +80,7 @@ class Network:
         self._mac_counter = itertools.count(1)
         self.frames_sent = 0
         self.keep_deliveries = True
+        self.lans: list[Lan] = []
 
     # --- building ----------------------------------------------------------------------------
 
@@ -132,6 +148,9 @@ class Network:
             elif isinstance(action, Deliver):
                 if self.keep_deliveries:
                     node.delivered.append((self.now, action.frame))
+                for lan in self.lans:
+                    if node.name in lan.members:
+                        self._onto_lan(lan, node.name, action.frame)
             elif isinstance(action, ForwardingUpdate):
                 node.fwd.apply(action)
             elif isinstance(action, IcmpResult):
@@ -177,12 +196,40 @@ class Network:
                 node, ifname, frame = payload
                 if node.up:
                     self._handle(node, node.mesh.receive(self.now, ifname, frame))
+            elif kind == "host":
+                node, frame = payload
+                if node.up:
+                    self._handle(node, node.mesh.soft_iface_frame(self.now, frame))
         self.now = until
 
     def run_for(self, seconds: float) -> None:
         self.run_until(self.now + seconds)
 
     # --- driving nodes -----------------------------------------------------------------------
+
+    def bridge(self, members: list[str]) -> Lan:
+        """Bridge these nodes' soft interfaces into one LAN (see Lan)."""
+        lan = Lan(list(members))
+        self.lans.append(lan)
+        return lan
+
+    def lan_send(self, lan: Lan, frame: bytes) -> None:
+        """A host on the LAN sends a frame: it reaches every member's soft interface."""
+        self._onto_lan(lan, None, frame)
+
+    def _onto_lan(self, lan: Lan, sender: str | None, frame: bytes) -> None:
+        """As a learning bridge: a unicast frame goes only where its destination was seen
+        sending (nowhere if that was the LAN side), anything else to every other member."""
+        lan.frames.append((self.now, sender, frame))
+        dst, src = bytes(frame[0:6]), bytes(frame[6:12])
+        if not src[0] & 1:
+            lan.learnt[src] = sender
+        targets = lan.members
+        if not dst[0] & 1 and dst in lan.learnt:
+            targets = [lan.learnt[dst]] if lan.learnt[dst] is not None else []
+        for name in targets:
+            if name != sender and self.nodes[name].up:
+                self._push(self.now + LAN_LATENCY, "host", self.nodes[name], frame)
 
     def host_send(self, name: str, frame: bytes) -> None:
         node = self.nodes[name]

@@ -1,0 +1,125 @@
+"""Bridge loop avoidance in the simulator (the kernel's bridge_loop_avoidance.c): two
+gateways A and B bridged into one LAN with a host L, a mesh node C with a host behind it.
+Mesh: A - C - D - B, so A hears C's frames first. Claim frames against the kernel's
+layout, group id convergence, the start-up hold, one claim per client, no duplicates
+either way, and the other gateway taking over when one stops."""
+
+from __future__ import annotations
+
+import struct
+
+from batmand.core.bla import PERIOD, print_vid
+from batmand.core.bla_frames import (ANNOUNCE, ANNOUNCE_PREFIX, BROADCAST, CLAIM, claim_frame, crc16, parse_claim)
+from batmand.core.config import MeshConfig
+from batmand.sim.network import Network
+from batmand.wire import InnerFrame, Mac
+
+L_MAC = Mac("02:11:00:00:00:01")  # a host on the LAN
+C_HOST = Mac("02:22:00:00:00:01")  # a host behind mesh node C
+
+
+def frame(dst: bytes, src: bytes, text: bytes) -> bytes:
+    return bytes(dst) + bytes(src) + struct.pack("!H", 0x88B5) + text.ljust(46, b".")
+
+
+def _net():
+    net = Network(seed=3, bla=True)
+    for name in "ABCD":
+        net.add_node(name, MeshConfig(orig_interval_ms=200, purge_timeout_ms=20_000))
+    net.link("A", "C")
+    net.link("C", "D")
+    net.link("D", "B")
+    lan = net.bridge(["A", "B"])
+    net.run_for(5)
+    return net, lan
+
+
+def _on_lan(lan, text: bytes) -> int:
+    """Copies of the frame with this payload that gateways put onto the LAN."""
+    return sum(1 for _, sender, f in lan.frames if sender is not None and f[14:14 + len(text)] == text)
+
+
+def _at(net, name, text: bytes) -> int:
+    return sum(1 for _, f in net.nodes[name].delivered if f[14:14 + len(text)] == text)
+
+
+def test_claim_frames_are_the_kernels_bytes():
+    # the kernel's layout (batadv_bla_send_claim): ARP reply, magic ff:43:05, type, group
+    primary = Mac("02:00:00:00:01:01")
+    assert crc16(b"123456789") == 0xBB3D and crc16(primary) == 0xB2C1
+    announce = claim_frame(ANNOUNCE, eth_dst=BROADCAST, eth_src=primary, sender_hw=ANNOUNCE_PREFIX + b"\x82\x00",
+                           group=0xB2C1, vid=0)
+    assert announce.hex() == ("ffffffffffff020000000101080600010800060400024305430582000000000"
+                              "0ff4305 02b2c100000000").replace(" ", "")
+    claim = claim_frame(CLAIM, eth_dst=BROADCAST, eth_src=Mac("02:00:00:00:02:00"), sender_hw=primary,
+                        group=0xB2C1, vid=0x8000 | 10)
+    assert claim.hex() == ("ffffffffffff02000000020081 00000a08060001080006040002020000000101"
+                           "00000000ff430500b2c100000000").replace(" ", "")
+    parsed = parse_claim(InnerFrame.decode(claim))
+    assert (parsed.kind, parsed.group, parsed.sender_hw, parsed.eth_src, parsed.depth) == \
+        (CLAIM, 0xB2C1, primary, Mac("02:00:00:00:02:00"), 1)
+    # not a claim: another magic, a priority tag (newest kernels: untagged, never a claim)
+    assert parse_claim(InnerFrame.decode(claim.replace(b"\xff\x43\x05", b"\xff\x43\x06"))) is None
+    priority = claim[:12] + b"\x81\x00\x00\x00" + claim[16:]
+    assert parse_claim(InnerFrame.decode(priority)) is None
+    assert print_vid(0) == -1 and print_vid(0x8000 | 10) == 10
+
+
+def test_two_gateways_agree_and_nothing_loops_or_arrives_twice():
+    net, lan = _net()
+    a, b = net.nodes["A"].mesh, net.nodes["B"].mesh
+    # L's first frame passes both gateways (nothing holds it yet); C's duplicate list
+    # drops the second copy, so C's host gets it once
+    net.lan_send(lan, frame(BROADCAST, L_MAC, b"first"))
+    net.run_for(1)
+    assert _at(net, "C", b"first") == 1
+    assert net.nodes["C"].mesh.counters["drop_bcast_duplicate_frame"] == 1
+    # both are backbone gateways now, in one group (the higher of the two), each holding
+    # multicast back until its entry is in sync
+    group = max(crc16(net.nodes["A"].orig), crc16(net.nodes["B"].orig))
+    assert a.bla.group == b.bla.group == group
+    assert a.bla.is_backbone_gw(net.nodes["B"].orig, 0) and b.bla.is_backbone_gw(net.nodes["A"].orig, 0)
+    assert a.bla.num_requests == b.bla.num_requests == 1
+    dropped = a.counters["tx_dropped"]
+    net.lan_send(lan, frame(BROADCAST, L_MAC, b"held"))
+    net.run_for(1)
+    assert _at(net, "C", b"held") == 0 and a.counters["tx_dropped"] == dropped + 1
+    net.run_for(3 * PERIOD + 1)
+    assert a.bla.num_requests == b.bla.num_requests == 0
+    # C's host broadcasts: A hears it first and claims C's host; B learns the claim on the
+    # LAN and leaves it to A: one copy on the LAN, and it does not come back into the mesh
+    net.host_send("C", frame(BROADCAST, C_HOST, b"from-c"))
+    net.run_for(1)
+    assert _on_lan(lan, b"from-c") == 1 and _at(net, "C", b"from-c") == 0
+    owners = {n: {r["bla_address"]: r["bla_backbone"] for r in net.nodes[n].mesh.bla.claim_rows()} for n in "AB"}
+    assert owners["A"][str(C_HOST)] == owners["B"][str(C_HOST)] == str(net.nodes["A"].orig)
+    again = [net.host_send("C", frame(BROADCAST, C_HOST, b"again")), net.run_for(1)]
+    assert again and _on_lan(lan, b"again") == 1
+    # the CRCs agree: the announcements that follow ask for nothing
+    net.run_for(2 * PERIOD)
+    assert [r["bla_crc"] for r in a.bla.backbone_rows(net.now) if r.get("bla_own")] == [crc16(C_HOST)]
+    assert {r["bla_backbone"]: r["bla_crc"] for r in b.bla.backbone_rows(net.now)}[str(net.nodes["A"].orig)] == \
+        crc16(C_HOST)
+    # unicast both ways arrives once
+    net.host_send("C", frame(L_MAC, C_HOST, b"to-l"))
+    net.lan_send(lan, frame(C_HOST, L_MAC, b"to-c"))
+    net.run_for(1)
+    assert _on_lan(lan, b"to-l") == 1 and _at(net, "C", b"to-c") == 1
+
+
+def test_the_other_gateway_takes_over_when_one_stops():
+    net, lan = _net()
+    net.lan_send(lan, frame(BROADCAST, L_MAC, b"start"))
+    net.run_for(3 * PERIOD + 2)
+    net.host_send("C", frame(BROADCAST, C_HOST, b"one"))
+    net.run_for(1)
+    assert _on_lan(lan, b"one") == 1
+    net.stop("A")
+    # B keeps leaving C's host to A until A's entry times out (no ANNOUNCE for 60 s)
+    net.run_for(6 * PERIOD + PERIOD + 1)
+    b = net.nodes["B"].mesh
+    assert not b.bla.is_backbone_gw(net.nodes["A"].orig, 0)
+    net.host_send("C", frame(BROADCAST, C_HOST, b"two"))
+    net.run_for(1)
+    assert _on_lan(lan, b"two") == 1
+    assert {r["bla_address"]: r["bla_backbone"] for r in b.bla.claim_rows()}[str(C_HOST)] == str(net.nodes["B"].orig)

@@ -24,7 +24,9 @@ from batmand.wire import Bcast, InnerFrame, Mac, Mcast, Unicast4Addr
 from . import bla_frames as frames
 from .bla_frames import ANNOUNCE, ANNOUNCE_PREFIX, BROADCAST, CLAIM, LOOPDETECT, REQUEST, UNCLAIM, crc16
 from .events import Deliver, Uevent
+from .forwarding import SlowPath
 from .hooks import BLA, BLA_MESH, BLA_RX
+from .routing import inner_vid
 
 PERIOD = 10.0  # BATADV_BLA_PERIOD_LENGTH
 BACKBONE_TIMEOUT = 60.0
@@ -85,10 +87,13 @@ class Bla:
         self.duplist_curr = 0
         self.next_period = now + PERIOD
         self._primary_seen: Mac | None = None
+        self._published_claims: frozenset | None = None  # the claims' keys as last published
         mesh.hooks.on_host_tx(BLA, self.host_tx)
         mesh.hooks.on_host_rx(BLA_MESH, self._from_backbone_gw)
         mesh.hooks.on_host_rx(BLA_RX, self._host_rx)
         mesh.broadcast.on_receive(self.bcast_duplicate)
+        mesh.routing.on_unicast_for_us(self._last_hop_is_backbone_gw)
+        mesh.publisher.need_slow_path(self._slow_path)
         mesh.tt.ignore_vlans_of(self.is_backbone_gw)
         mesh.on_setting(["bridge_loop_avoidance"], self._setting_written)
         mesh.on_purge(self.tick)
@@ -203,6 +208,7 @@ class Bla:
         key = (Mac(client), vid)
         claim = self.claims.get(key)
         if claim is None:
+            self._published_claims = None
             self.claims[key] = Claim(Mac(client), vid, backbone, now)
             backbone.crc ^= crc16(client)
             backbone.lasttime = now
@@ -217,6 +223,7 @@ class Bla:
     def _del_claim(self, client: Mac, vid: int) -> None:
         claim = self.claims.pop((Mac(client), vid), None)
         if claim is not None:
+            self._published_claims = None
             claim.backbone.crc ^= crc16(client)
 
     def _handle_claim(self, now: float, backbone_mac: Mac, client: Mac, vid: int) -> None:
@@ -442,6 +449,20 @@ class Bla:
                 entry.wait_periods = max(0, entry.wait_periods - 1)
                 if not entry.wait_periods:
                     self._sync(entry)
+
+    def _last_hop_is_backbone_gw(self, last_hop: Mac, inner: InnerFrame) -> bool:
+        """routing.c: a unicast for us from a gateway of our own LAN (its address looked up
+        as an originator, as the kernel does) came over the LAN already."""
+        return self.mesh.originators.get(last_hop) is not None and self.is_backbone_gw(last_hop, inner_vid(inner))
+
+    def _slow_path(self) -> SlowPath:
+        """With BLA on, multicast toward the host and every frame from or to a claimed client
+        needs the core (its claim decides)."""
+        if not self.enabled:
+            return SlowPath()
+        if self._published_claims is None:
+            self._published_claims = frozenset(self.claims)
+        return SlowPath(multicast=True, clients=self._published_claims)
 
     # --- lookups for the other parts ------------------------------------------------------------
 

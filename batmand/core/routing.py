@@ -31,6 +31,12 @@ class Routing:
         mesh.register_receiver(PacketType.ICMP, self.receive_icmp)
         mesh.register_receiver(PacketType.UNICAST_TVLV, self.receive_unicast_tvlv)
         mesh.register_receiver(PacketType.UNICAST_FRAG, self.receive_fragment)
+        self._for_us_checks: list = []  # check(last hop, inner frame) -> True: not delivered
+
+    def on_unicast_for_us(self, check) -> None:
+        """For the features: check(the last hop's MAC, inner frame) of a unicast for us,
+        after the TTVN check; True drops it (BLA: it came from a gateway of our own LAN)."""
+        self._for_us_checks.append(check)
 
     # --- sending ---------------------------------------------------------------------------------
 
@@ -184,6 +190,9 @@ class Routing:
             mesh.counters.drop("unicast_ttvn")
             return
         if mesh.is_my_mac(packet.dest):
+            if any(check(frame.ethernet.h_source, packet.inner) for check in self._for_us_checks):
+                mesh.counters.drop("unicast_from_backbone_gw")
+                return
             src_orig = None
             if getattr(packet, "subtype", None) == Unicast4AddrSubtype.DATA:
                 src_orig = mesh.originators.get(packet.src)

@@ -170,7 +170,8 @@ def test_a_malformed_container_of_a_known_type_reaches_no_handler():
 def test_a_feature_tells_the_data_plane_which_frames_it_must_see():
     """What a feature needs to see on the host path (ARP while DAT is on, say) goes out
     with the forwarding table, so that the data plane hands those frames to the core."""
-    mesh = Mesh(MeshConfig(distributed_arp_table=False), soft_mac=Mac("02:00:00:00:00:aa"))  # no ARP rules of its own
+    # DAT and BLA off: no rules of their own
+    mesh = Mesh(MeshConfig(distributed_arp_table=False, bridge_loop_avoidance=False), soft_mac=Mac("02:00:00:00:00:aa"))
     arp = SlowPath(rules=frozenset({SlowRule(FROM_HOST, 0x0806)}))
     wanted = [SlowPath()]
     mesh.publisher.need_slow_path(lambda: wanted[0])

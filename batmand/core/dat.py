@@ -282,6 +282,9 @@ class Dat:
         if cached is not None:
             if self.mesh.tt.is_my_client(cached, vid):
                 return True
+            if self.mesh.bla.claimed_by_other(cached, vid):
+                self.mesh.debug(f"Device {cached} claimed by another backbone gw. Don't send ARP reply!")
+                return True
             reply = arp_reply(cached, arp.tpa, arp.sha, arp.spa, vid)
             self.mesh.emit(Deliver(reply))
             # the kernel counts the request's length plus an Ethernet header (and its tag)
@@ -339,6 +342,9 @@ class Dat:
         self.cache_add(now, arp.tpa, arp.tha, vid)
         if duplicate:
             return True
+        if self.mesh.bla.claimed_by_other(arp.sha, vid):
+            self.mesh.debug(f"Device {arp.sha} claimed by another backbone gw. Drop ARP reply.")
+            return True  # that gateway puts it on our LAN
         tt = self.mesh.tt
         return not tt.is_my_client(arp.tha, vid) or tt.is_my_client(arp.sha, vid)
 

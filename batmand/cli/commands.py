@@ -106,10 +106,11 @@ class Table:
     line: Callable
     column_header: Callable[[str], str]  # algo -> header line
     needs_algo: bool = False  # o and n pick their format by the routing algorithm
-    ttvn: bool = False  # tl appends ", TTVN: n"
+    extra: Callable | None = None  # info -> what the info line appends (tl: ", TTVN: n")
     tt_filters: bool = False  # -u / -m
     max_age: bool = False  # -t
     title: Callable[[str], str] | None = None  # meshif -> a line between the info line and the columns
+    others_only: bool = False  # bbt: the text leaves our own rows out (its JSON has them)
 
 
 TABLES = (
@@ -118,13 +119,17 @@ TABLES = (
     Table("neighbors", "n", "neighbors", "one-hop neighbours", tables.neighbor_line, tables.neighbors_header,
           needs_algo=True),
     Table("translocal", "tl", "transtable_local", "local translation table", tables.translocal_line,
-          lambda algo: tables.TRANSLOCAL_HEADER, ttvn=True, tt_filters=True),
+          lambda algo: tables.TRANSLOCAL_HEADER, extra=tables.translocal_extra, tt_filters=True),
     Table("transglobal", "tg", "transtable_global", "global translation table", tables.transglobal_line,
           lambda algo: tables.TRANSGLOBAL_HEADER, tt_filters=True),
     Table("gateways", "gwl", "gateways", "gateways (* selected)", tables.gateway_line, tables.gateways_header,
           needs_algo=True),
     Table("dat_cache", "dc", "dat_cache", "distributed ARP table cache", tables.dat_cache_line,
           lambda algo: tables.DAT_CACHE_HEADER, title=tables.dat_cache_title),
+    Table("claimtable", "cl", "bla_claims", "bridge loop avoidance claims", tables.claim_line,
+          lambda algo: tables.CLAIM_HEADER, extra=tables.bla_extra),
+    Table("backbonetable", "bbt", "bla_backbones", "bridge loop avoidance backbone gateways (not ours)",
+          tables.backbone_line, lambda algo: tables.BACKBONE_HEADER, extra=tables.bla_extra, others_only=True),
 )
 
 
@@ -140,12 +145,12 @@ def render_table(table: Table, client: Client, args, names) -> tuple[list[str], 
     rows = _filter_rows(table, client.request(table.cmd), args)
     lines = []
     if not args.no_header:
-        extra = tables.translocal_extra(info) if table.ttvn else ""
+        extra = table.extra(info) if table.extra is not None else ""
         column = table.column_header(info.get("algo", ""))
         if table.title is not None:
             column = table.title(info.get("meshif") or args.meshif) + "\n" + column
         lines += tables.header_lines(info, column, args.meshif, extra)
-    lines += [table.line(row, names) for row in rows]
+    lines += [table.line(row, names) for row in rows if not (table.others_only and row.get("bla_own"))]
     return lines, 0
 
 

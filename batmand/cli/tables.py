@@ -507,3 +507,24 @@ def traceroute_hop_line(hop: int, probes: Iterable[Mapping], names: Names = None
         else:
             line += "   *"
     return line
+
+
+# batctl cl / bbt (cmd/claimtable.c, cmd/backbonetable.c)
+CLAIM_HEADER = "Client               VID      Originator        [o] (CRC   )"
+BACKBONE_HEADER = "Originator           VID   last seen (CRC   )"
+
+
+def bla_extra(info: Mapping) -> str:
+    return ", group id: 0x%04x" % int(info.get("bla_crc") or 0)
+
+
+def claim_line(row: Mapping, names: Names = None) -> str:
+    return "%s on %5d by %s [%s] (0x%04x)" % (
+        mac_or_name(row.get("bla_address"), names), int(row.get("bla_vid", -1)),
+        mac_or_name(row.get("bla_backbone"), names), "*" if row.get("bla_own") else " ", int(row.get("bla_crc") or 0))
+
+
+def backbone_line(row: Mapping, names: Names = None) -> str:
+    msecs = int(row.get("last_seen_msecs") or 0)
+    return "%s on %5d %4i.%03is (0x%04x)" % (mac_or_name(row.get("bla_backbone"), names), int(row.get("bla_vid", -1)),
+                                            msecs // 1000, msecs % 1000, int(row.get("bla_crc") or 0))

@@ -344,6 +344,12 @@ class ControlServer:
     async def cmd_dat_cache(self, args, writer):
         return self.service.mesh.dat.rows(self.service.now())
 
+    async def cmd_bla_claims(self, args, writer):
+        return self.service.mesh.bla.claim_rows()
+
+    async def cmd_bla_backbones(self, args, writer):
+        return self.service.mesh.bla.backbone_rows(self.service.now())
+
     async def cmd_mcast_flags(self, args, writer):
         return {"own": self.service.mesh.multicast.state(), "rows": self.service.mesh.multicast.rows()}
 

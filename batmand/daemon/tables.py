@@ -17,7 +17,7 @@ def mesh_info(mesh: Mesh, meshif: str) -> dict:
     primary = mesh.primary
     return {"version": f"batmand-{__version__}", "algo": mesh.algo.name, "meshif": meshif,
             "meshif_mac": str(mesh.soft_mac), "primary_if": primary.name if primary else None,
-            "primary_mac": str(primary.mac) if primary else None, "ttvn": mesh.tt.ttvn}
+            "primary_mac": str(primary.mac) if primary else None, "ttvn": mesh.tt.ttvn, "bla_crc": mesh.bla.group}
 
 
 def interfaces(mesh: Mesh, ifindex: dict) -> list[dict]:

@@ -37,6 +37,10 @@ LOOPDETECT_TIMEOUT = 3.0
 ROAM_GUARD = 0.1  # an own claim younger than this: a race, not a roaming client
 DUPLIST_SIZE = 16
 DUPLIST_TIMEOUT = 0.5
+# ours (the kernel has no limits): a mesh peer can make us claim any number of sources and
+# a LAN host can invent backbone gateways in our group; beyond these nothing new is kept
+MAX_CLAIMS = 4096
+MAX_BACKBONES = 256
 
 
 _PTYPES = {Bcast: "bcast", Unicast4Addr: "unicast_4addr", Mcast: "mcast"}
@@ -172,13 +176,16 @@ class Bla:
 
     # --- tables ------------------------------------------------------------------------------------
 
-    def _backbone(self, now: float, orig: Mac, vid: int, own: bool) -> Backbone:
+    def _backbone(self, now: float, orig: Mac, vid: int, own: bool) -> Backbone | None:
         """batadv_bla_get_backbone_gw: find or make the entry; an own one announces itself
         and waits (holding multicast back) before it counts as synced."""
         key = (Mac(orig), vid)
         entry = self.backbones.get(key)
         if entry is not None:
             return entry
+        if not own and orig != self.primary and len(self.backbones) >= MAX_BACKBONES:
+            self.mesh.counters.drop("bla_backbone_table_full")
+            return None
         entry = self.backbones[key] = Backbone(Mac(orig), vid, now)
         orig_node = self.mesh.originators.get(orig)
         if orig_node is not None:  # its announced clients on this VLAN are its LAN's now
@@ -208,6 +215,9 @@ class Bla:
         key = (Mac(client), vid)
         claim = self.claims.get(key)
         if claim is None:
+            if len(self.claims) >= MAX_CLAIMS:
+                self.mesh.counters.drop("bla_claim_table_full")
+                return
             self._published_claims = None
             self.claims[key] = Claim(Mac(client), vid, backbone, now)
             backbone.crc ^= crc16(client)
@@ -228,6 +238,8 @@ class Bla:
 
     def _handle_claim(self, now: float, backbone_mac: Mac, client: Mac, vid: int) -> None:
         backbone = self._backbone(now, backbone_mac, vid, own=False)
+        if backbone is None:
+            return
         self._add_claim(now, client, vid, backbone)
         if backbone_mac == self.primary:
             self._send(CLAIM, client, vid)
@@ -296,6 +308,8 @@ class Bla:
 
     def _handle_announce(self, now: float, orig: Mac, crc: int, vid: int) -> None:
         backbone = self._backbone(now, orig, vid, own=False)
+        if backbone is None:
+            return
         backbone.lasttime = now
         if crc != backbone.crc:
             self.mesh.debug(f"CRC FAILED for {orig}/{print_vid(vid)} (my = {backbone.crc:#06x}, sent = {crc:#06x})")

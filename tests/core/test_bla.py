@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 
-from batmand.core.bla import PERIOD, print_vid
+from batmand.core.bla import MAX_BACKBONES, PERIOD, print_vid
 from batmand.core.bla_frames import (ANNOUNCE, ANNOUNCE_PREFIX, BROADCAST, CLAIM, claim_frame, crc16, parse_claim)
 from batmand.core.config import MeshConfig
 from batmand.sim.network import Network
@@ -123,3 +123,30 @@ def test_the_other_gateway_takes_over_when_one_stops():
     net.run_for(1)
     assert _on_lan(lan, b"two") == 1
     assert {r["bla_address"]: r["bla_backbone"] for r in b.bla.claim_rows()}[str(C_HOST)] == str(net.nodes["B"].orig)
+
+
+def test_hostile_claim_frames_from_the_lan_change_little():
+    net, lan = _net()
+    a = net.nodes["A"].mesh
+    net.lan_send(lan, frame(BROADCAST, L_MAC, b"start"))
+    net.run_for(1)
+    group, before = a.bla.group, dict(a.bla.backbones)
+    dropped = a.counters["tx_dropped"]
+    # a claim frame of another group from a MAC that is no originator: consumed, nothing learnt
+    net.lan_send(lan, claim_frame(ANNOUNCE, eth_dst=BROADCAST, eth_src=Mac("02:66:00:00:00:01"),
+                                  sender_hw=ANNOUNCE_PREFIX + b"\x12\x34", group=group ^ 0x1111, vid=0))
+    # an unknown claim type and a QinQ claim frame: into the mesh as ordinary traffic / dropped
+    odd = claim_frame(CLAIM, eth_dst=BROADCAST, eth_src=L_MAC, sender_hw=Mac("02:66:00:00:00:02"), group=group, vid=0)
+    net.lan_send(lan, odd[:35] + b"\x09" + odd[36:])
+    qinq = claim_frame(CLAIM, eth_dst=BROADCAST, eth_src=L_MAC, sender_hw=Mac("02:66:00:00:00:02"), group=group,
+                       vid=0x8000 | 5)
+    net.lan_send(lan, qinq[:12] + b"\x81\x00\x00\x07" + qinq[12:])
+    net.run_for(1)
+    assert a.bla.group == group and a.bla.backbones == before
+    assert a.counters["tx_dropped"] >= dropped + 2
+    # a LAN host inventing backbone gateways in our group fills the table only so far
+    for i in range(300):
+        net.lan_send(lan, claim_frame(ANNOUNCE, eth_dst=BROADCAST, eth_src=Mac(bytes([2, 0x77, 0, 0, i >> 8, i & 0xFF])),
+                                      sender_hw=ANNOUNCE_PREFIX + b"\x00\x00", group=group, vid=0))
+    net.run_for(1)
+    assert len(a.bla.backbones) == MAX_BACKBONES and a.counters["drop_bla_backbone_table_full"] > 0

@@ -44,9 +44,7 @@ class McastForwarding:
     def receive(self, now: float, iface, frame, data: bytes) -> None:
         """batadv_recv_mcast_packet."""
         mesh = self.mesh
-        eth = frame.ethernet
-        if eth.h_dest.is_multicast or eth.h_source.is_multicast or not mesh.is_my_mac(eth.h_dest):
-            mesh.counters.drop("mcast_not_for_us")
+        if not mesh.routing.check_unicast(frame, "mcast_not_for_us"):
             return
         packet = frame.packet
         if packet.ttl < 2:

@@ -131,11 +131,12 @@ class Routing:
 
     # --- receiving -------------------------------------------------------------------------------
 
-    def _check_unicast(self, frame) -> bool:
-        """batadv_check_unicast_packet: to one of our MACs, from a unicast sender."""
+    def check_unicast(self, frame, reason: str = "unicast_not_for_us") -> bool:
+        """batadv_check_unicast_packet: to one of our MACs, from a unicast sender (else the
+        drop is counted under `reason`)."""
         eth = frame.ethernet
         if eth.h_dest.is_multicast or eth.h_source.is_multicast or not self.mesh.is_my_mac(eth.h_dest):
-            self.mesh.counters.drop("unicast_not_for_us")
+            self.mesh.counters.drop(reason)
             return False
         return True
 
@@ -183,7 +184,7 @@ class Routing:
 
     def receive_unicast(self, now: float, iface, frame, data: bytes) -> None:
         mesh = self.mesh
-        if not self._check_unicast(frame):
+        if not self.check_unicast(frame):
             return
         packet = dataclasses.replace(frame.packet)
         if not self._check_ttvn(now, packet):
@@ -222,7 +223,7 @@ class Routing:
         """batadv_recv_frag_packet: forward it whole when the packet would not fit the next
         link anyway, else buffer it; a complete packet re-enters the receive path."""
         mesh = self.mesh
-        if not self._check_unicast(frame):
+        if not self.check_unicast(frame):
             return
         frag = frame.packet
         if mesh.originators.get(frag.orig) is None:
@@ -251,7 +252,7 @@ class Routing:
 
     def receive_unknown_unicast(self, now: float, iface, frame) -> None:
         """Unicast-class types we do not know are routed on, unless they are for us."""
-        if not self._check_unicast(frame):
+        if not self.check_unicast(frame):
             return
         packet = dataclasses.replace(frame.packet)
         if self.mesh.is_my_mac(packet.dest):
@@ -263,7 +264,7 @@ class Routing:
         """batadv_recv_unicast_tvlv: every node on the path sees the TVLVs (and may answer
         a TT request on the destination's behalf); unhandled ones are routed on."""
         mesh = self.mesh
-        if not self._check_unicast(frame):
+        if not self.check_unicast(frame):
             return
         packet = dataclasses.replace(frame.packet)
         if not mesh.tvlv.unicast_received(now, packet.src, packet.dst, packet.tvlvs):
@@ -271,8 +272,6 @@ class Routing:
 
     def receive_icmp(self, now: float, iface, frame, data: bytes) -> None:
         mesh = self.mesh
-        eth = frame.ethernet
-        if eth.h_dest.is_multicast or eth.h_source.is_multicast or not mesh.is_my_mac(eth.h_dest):
-            mesh.counters.drop("icmp_not_for_us")
+        if not self.check_unicast(frame, "icmp_not_for_us"):
             return
         mesh.icmp.receive(now, iface, frame)

@@ -9,6 +9,22 @@ import time
 from tests.daemon.labs import wait_for
 
 
+def ok(proc) -> str:
+    """A command's output, after asserting that it succeeded (saying what it printed)."""
+    assert proc.returncode == 0, f"{proc.args}: {proc.returncode}\n{proc.stdout}{proc.stderr}"
+    return proc.stdout
+
+
+def kernel_json(lab, node: str, command: str) -> list[dict]:
+    """One of batctl's JSON dumps on a kernel node: one array, or one object per line."""
+    out = ok(lab.exec(node, ["batctl", command]))
+    try:
+        rows = json.loads(out)
+    except ValueError:
+        rows = [json.loads(line) for line in out.splitlines() if line.strip()]
+    return rows if isinstance(rows, list) else [rows]
+
+
 def _o_rows(lab, node) -> list[dict]:
     if lab.is_kernel(node):
         out = lab.exec(node, ["batctl", "o", "-H"]).stdout

@@ -24,7 +24,7 @@ from batmand.wire import PacketType, Unicast4AddrSubtype
 from tests.daemon.dhcp import capture, dhcp_lease, dhcp_server
 from tests.daemon.labs import prefix, wait_for
 from tests.interop.conftest import require_kernel_nodes
-from tests.interop.matrix import converge
+from tests.interop.matrix import converge, kernel_json, ok
 
 INTERVAL_MS = 500
 KERNEL_RANGE = ("10.77.0.150", "10.77.0.159")  # udhcpd in k2's guest
@@ -74,24 +74,9 @@ def _gateway_modes_reset(lab: Lab):
         lab.batmanctl("b1", "gw", "off")
 
 
-def _ok(proc) -> str:
-    assert proc.returncode == 0, f"{proc.args}: {proc.returncode}\n{proc.stdout}{proc.stderr}"
-    return proc.stdout
-
-
 def _rows(text: str) -> dict[str, tuple]:
     """gwl rows by gateway originator (batctl's and ours are the same format)."""
     return {m[2]: m.groups() for line in text.splitlines() if (m := ROW.match(line))}
-
-
-def _kernel_json(lab: Lab, command: str) -> list[dict]:
-    """batctl's JSON queries (gwj): one array, or one object per line."""
-    out = _ok(lab.exec("k2", ["batctl", command]))
-    try:
-        rows = json.loads(out)
-    except ValueError:
-        rows = [json.loads(line) for line in out.splitlines() if line.strip()]
-    return rows if isinstance(rows, list) else [rows]
 
 
 def _in(ip: str, span: tuple[str, str]) -> bool:
@@ -126,7 +111,7 @@ def _dhcp_goes_to_the_gateway(lab: Lab, client: str, server: str, span: tuple[st
 
 def test_with_gateway_mode_off_dhcp_is_broadcast_both_ways(pair, tmp_path):
     lab = pair
-    assert _ok(lab.exec("k2", ["batctl", "gw"])).strip() == "off"
+    assert ok(lab.exec("k2", ["batctl", "gw"])).strip() == "off"
     b1, k2 = lab.originator("b1"), lab.originator("k2")
     with dhcp_server(lab, "b1", *OUR_RANGE, tmp_path) as ours, capture(lab.ns("b1"), ["e-k2"]) as cap:
         lease = dhcp_lease(lab, "k2", tmp_path)
@@ -151,20 +136,20 @@ def test_kernel_gateway_server_and_a_batmand_client(pair, tmp_path):
     lab = pair
     k2 = lab.originator("k2")
     with _gateway_modes_reset(lab):
-        _ok(lab.exec("k2", ["batctl", "gw", "server", "20mbit/5mbit"]))
-        announced = SERVER_LINE.match(_ok(lab.exec("k2", ["batctl", "gw"])).strip())
+        ok(lab.exec("k2", ["batctl", "gw", "server", "20mbit/5mbit"]))
+        announced = SERVER_LINE.match(ok(lab.exec("k2", ["batctl", "gw"])).strip())
         assert announced and announced.groups() == ("20.0", "5.0"), announced
-        _ok(lab.batmanctl("b1", "gw", "client"))
-        assert _ok(lab.batmanctl("b1", "gw")).strip() == CLIENT_LINE[lab.algo]
+        ok(lab.batmanctl("b1", "gw", "client"))
+        assert ok(lab.batmanctl("b1", "gw")).strip() == CLIENT_LINE[lab.algo]
 
         # we list and select the kernel's gateway with what it announces (batctl gw / batmanctl gwl agree)
-        wait_for(lambda: _rows(_ok(lab.batmanctl("b1", "gwl", "-H"))).get(k2, ("",))[0] == "*", timeout=15, step=0.5)
-        text = _ok(lab.batmanctl("b1", "gwl"))
+        wait_for(lambda: _rows(ok(lab.batmanctl("b1", "gwl", "-H"))).get(k2, ("",))[0] == "*", timeout=15, step=0.5)
+        text = ok(lab.batmanctl("b1", "gwl"))
         assert text.splitlines()[1] == HEADER[lab.algo], text
         best, _, metric, router, ifname, down, up = _rows(text)[k2]
         assert (router, ifname, (down, up)) == (k2, "e-k2", announced.groups()), text
         assert float(metric) > 0, text
-        row = {r["orig_address"]: r for r in json.loads(_ok(lab.batmanctl("b1", "gwl", "--json")))}[k2]
+        row = {r["orig_address"]: r for r in json.loads(ok(lab.batmanctl("b1", "gwl", "--json")))}[k2]
         assert (row["bandwidth_down"], row["bandwidth_up"], row["router"], row["best"]) == (200, 50, k2, True), row
         assert ("tq" if lab.algo == "BATMAN_IV" else "throughput") in row, row
 
@@ -177,24 +162,24 @@ def test_batmand_gateway_server_and_a_kernel_client(pair, tmp_path):
     lab = pair
     b1 = lab.originator("b1")
     with _gateway_modes_reset(lab):
-        _ok(lab.batmanctl("b1", "gw", "server", "30mbit/6mbit"))
-        assert _ok(lab.batmanctl("b1", "gw")).strip() == "server (announced bw: 30.0/6.0 MBit)"
+        ok(lab.batmanctl("b1", "gw", "server", "30mbit/6mbit"))
+        assert ok(lab.batmanctl("b1", "gw")).strip() == "server (announced bw: 30.0/6.0 MBit)"
         # the kernel's uevents, to hold ours against
         lab.shell("k2", f"cat > /tmp/gw-uevent.sh <<'EOF'\n{UEVENT_SCRIPT}EOF\nchmod 755 /tmp/gw-uevent.sh; "
                         "rm -f /tmp/gw-uevents.log", check=True)
         listener = lab.spawn("k2", ["uevent", "/tmp/gw-uevent.sh"])
         try:
-            _ok(lab.exec("k2", ["batctl", "gw", "client"]))
-            assert _ok(lab.exec("k2", ["batctl", "gw"])).strip() == CLIENT_LINE[lab.algo]
+            ok(lab.exec("k2", ["batctl", "gw", "client"]))
+            assert ok(lab.exec("k2", ["batctl", "gw"])).strip() == CLIENT_LINE[lab.algo]
 
             # the kernel lists and selects our gateway with what we announce
-            wait_for(lambda: _rows(_ok(lab.exec("k2", ["batctl", "gwl", "-H"]))).get(b1, ("",))[0] == "*",
+            wait_for(lambda: _rows(ok(lab.exec("k2", ["batctl", "gwl", "-H"]))).get(b1, ("",))[0] == "*",
                      timeout=15, step=0.5)
-            text = _ok(lab.exec("k2", ["batctl", "gwl"]))
+            text = ok(lab.exec("k2", ["batctl", "gwl"]))
             assert HEADER[lab.algo] in text.splitlines(), text
             best, _, metric, router, ifname, down, up = _rows(text)[b1]
             assert (router, f"{down}/{up}") == (b1, "30.0/6.0") and float(metric) > 0, text
-            row = next(r for r in _kernel_json(lab, "gwj") if r["orig_address"] == b1)
+            row = next(r for r in kernel_json(lab, "k2", "gwj") if r["orig_address"] == b1)
             assert (row["bandwidth_down"], row["bandwidth_up"], row["router"], row.get("best")) == (300, 60, b1, True)
             wait_for(lambda: "BATACTION=add" in lab.exec("k2", ["cat", "/tmp/gw-uevents.log"]).stdout, timeout=10,
                      step=0.5)
@@ -208,4 +193,4 @@ def test_batmand_gateway_server_and_a_kernel_client(pair, tmp_path):
                                               f"b1 server, kernel client; batctl gwl {_rows(text)[b1]}; uevents {uevents}")
             wait_for(lambda: ours.leases().get(lab.mesh_mac("k2")) == lease.ip, timeout=5)
         # k2 is a client, no server: b1 lists no gateway
-        assert _rows(_ok(lab.batmanctl("b1", "gwl", "-H"))) == {}
+        assert _rows(ok(lab.batmanctl("b1", "gwl", "-H"))) == {}

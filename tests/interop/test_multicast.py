@@ -31,7 +31,7 @@ from batmand.wire import PacketType, Unicast
 from tests.daemon.frames import FrameCapture
 from tests.daemon.labs import prefix, stats, wait_for
 from tests.interop.conftest import require_kernel_nodes
-from tests.interop.matrix import converge
+from tests.interop.matrix import converge, kernel_json, ok
 
 INTERVAL_MS = 500
 GROUP = "239.7.7.9"
@@ -71,23 +71,8 @@ def _lab(algo: str) -> Lab:
     return Lab(topo, prefix())
 
 
-def _ok(proc) -> str:
-    assert proc.returncode == 0, f"{proc.args}: {proc.returncode}\n{proc.stdout}{proc.stderr}"
-    return proc.stdout
-
-
 def _kernel_counters(lab: Lab) -> dict[str, int]:
-    return {k: int(v) for k, v in re.findall(r"(\w+): (\d+)", _ok(lab.exec("k2", ["batctl", "s"])))}
-
-
-def _kernel_json(lab: Lab, command: str) -> list[dict]:
-    """batctl's JSON dumps: one array, or one object per line."""
-    out = _ok(lab.exec("k2", ["batctl", command]))
-    try:
-        rows = json.loads(out)
-    except ValueError:
-        rows = [json.loads(line) for line in out.splitlines() if line.strip()]
-    return rows if isinstance(rows, list) else [rows]
+    return {k: int(v) for k, v in re.findall(r"(\w+): (\d+)", ok(lab.exec("k2", ["batctl", "s"])))}
 
 
 def _group_lines(text: str) -> list[str]:
@@ -95,7 +80,7 @@ def _group_lines(text: str) -> list[str]:
 
 
 def _kernel_group_entries(lab: Lab) -> list[str]:
-    return _group_lines(_ok(lab.exec("k2", ["batctl", "tg", "-H"])))
+    return _group_lines(ok(lab.exec("k2", ["batctl", "tg", "-H"])))
 
 
 def _to_group(cap: FrameCapture) -> list:
@@ -157,7 +142,7 @@ def test_multicast_between_batmand_and_a_kernel_node(algo):
 
         # 1. the flags, each side as the other announces them
         def kernel_lists_us():
-            rows = {r["orig_address"]: r for r in _kernel_json(lab, "mfj")}
+            rows = {r["orig_address"]: r for r in kernel_json(lab, "k2", "mfj")}
             return rows if all("mcast_flags" in rows.get(o, {}) for o in (b1, b3)) else None
 
         rows, _ = wait_for(kernel_lists_us, timeout=10, step=0.5)
@@ -166,13 +151,13 @@ def test_multicast_between_batmand_and_a_kernel_node(algo):
             assert flags["raw"] in OUR_FLAGS, rows[orig]
             assert flags["want_no_rtr_ipv4"] and flags["want_no_rtr_ipv6"], rows[orig]
             assert not (flags["all_unsnoopables"] or flags["want_all_ipv4"] or flags["want_all_ipv6"]), rows[orig]
-        text = _ok(lab.exec("k2", ["batctl", "mf"])).splitlines()
+        text = ok(lab.exec("k2", ["batctl", "mf"])).splitlines()
         assert f"Multicast flags (own flags: {OLD_BATCTL_TEXT})" in text, text
         for orig in (b1, b3):
             assert f"{orig} {OLD_BATCTL_TEXT}" in text, text
-        ours = {r["orig_address"]: r for r in json.loads(_ok(lab.batmanctl("b1", "mf", "--json")))}
+        ours = {r["orig_address"]: r for r in json.loads(ok(lab.batmanctl("b1", "mf", "--json")))}
         assert ours[k2]["mcast_flags"]["raw"] == KERNEL_FLAGS, ours
-        mf = _ok(lab.batmanctl("b1", "mf")).splitlines()
+        mf = ok(lab.batmanctl("b1", "mf")).splitlines()
         assert f"{k2} [.... . P]" in mf, mf  # batmanctl prints batctl 2024.0's six slots: P = no capability
         report["flags"] = {"batctl mfj raw": {n: rows[o]["mcast_flags"]["raw"] for n, o in (("b1", b1), ("b3", b3))},
                            "batmanctl mf raw k2": ours[k2]["mcast_flags"]["raw"]}
@@ -184,7 +169,7 @@ def test_multicast_between_batmand_and_a_kernel_node(algo):
             assert lines.take(1, 10) == ["joined"]
             t0 = time.monotonic()
             # NEW (the N slot) until b1's next OGM commits the change, then NOPURGE alone
-            local, _ = wait_for(lambda: [line for line in _group_lines(_ok(lab.batmanctl("b1", "tl", "-H")))
+            local, _ = wait_for(lambda: [line for line in _group_lines(ok(lab.batmanctl("b1", "tl", "-H")))
                                          if "[.P....]" in line], timeout=10, step=0.2)
             assert len(local) == 1, local
             entries, _ = wait_for(lambda: _kernel_group_entries(lab), timeout=15, step=0.2)
@@ -226,7 +211,7 @@ def test_multicast_between_batmand_and_a_kernel_node(algo):
         t0 = time.monotonic()
         wait_for(lambda: not _kernel_group_entries(lab), timeout=20, step=0.2)
         report["withdrawn_s"] = round(time.monotonic() - t0, 1)
-        assert not _group_lines(_ok(lab.batmanctl("b1", "tl", "-H")))
+        assert not _group_lines(ok(lab.batmanctl("b1", "tl", "-H")))
         before = _kernel_counters(lab)
         with FrameCapture(lab.ns("b1"), lab.topology.hard_interfaces("b1")) as cap1, \
                 FrameCapture(lab.ns("b3"), lab.topology.hard_interfaces("b3")) as cap3:

@@ -225,6 +225,7 @@ class Bla:
             return
         claim.lasttime = now
         if claim.backbone is not backbone:
+            self._published_claims = None
             claim.backbone.crc ^= crc16(client)
             backbone.crc ^= crc16(client)
             claim.backbone = backbone
@@ -470,13 +471,26 @@ class Bla:
         return self.mesh.originators.get(last_hop) is not None and self.is_backbone_gw(last_hop, inner_vid(inner))
 
     def _slow_path(self) -> SlowPath:
-        """With BLA on, multicast toward the host and every frame from or to a claimed client
-        needs the core (its claim decides)."""
+        """With BLA on, the core decides multicast toward the host, frames from the host sent
+        by a client we claimed (it may have roamed into our LAN), and frames to the host from
+        any source we have not claimed (we claim it, or take it over); those from our own
+        claims are delivered fast and reported seen, which keeps the claims fresh."""
         if not self.enabled:
             return SlowPath()
         if self._published_claims is None:
-            self._published_claims = frozenset(self.claims)
-        return SlowPath(multicast=True, clients=self._published_claims)
+            primary = self.primary
+            self._published_claims = frozenset(k for k, c in self.claims.items() if c.backbone.orig == primary)
+        return SlowPath(multicast=True, from_host_sources=self._published_claims,
+                        to_host_sources=self._published_claims)
+
+    def sources_seen(self, seen: dict) -> None:
+        """Sources the data plane delivered to the host without us ({(mac, vid): when}): our
+        claims of them stay fresh, as every frame keeps them in the kernel."""
+        primary = self.primary
+        for key, when in seen.items():
+            claim = self.claims.get(key)
+            if claim is not None and claim.backbone.orig == primary and when > claim.lasttime:
+                claim.lasttime = when
 
     # --- lookups for the other parts ------------------------------------------------------------
 

@@ -51,6 +51,10 @@ class SlowPath:
     rules: frozenset = frozenset()  # of SlowRule
     multicast: bool = False  # UNICAST frames to the host whose inner destination is multicast
     clients: frozenset = frozenset()  # (Mac, vid): every frame from or to these, both directions
+    from_host_sources: frozenset = frozenset()  # (Mac, vid): frames from the host sent by these
+    # (Mac, vid) or None: frames to the host from any other source (BLA: sources we have not
+    # claimed); those from these are delivered and reported seen (take_seen)
+    to_host_sources: frozenset | None = None
 
     def l4(self, direction: str) -> bool:
         """Whether a rule in `direction` reads the IP protocol (then the data plane's

@@ -212,8 +212,10 @@ class Mesh:
                 "global_clients": len(self.tt.global_)}
 
     def local_clients_seen(self, seen: dict) -> None:
-        """Local clients the data plane saw sending ({(mac, vid): when}), keeping them alive."""
+        """Local clients the data plane saw sending and the mesh sources it delivered that
+        BLA watches ({(mac, vid): when}), keeping them alive."""
         self.tt.refresh_local(seen)
+        self.bla.sources_seen(seen)
 
     def set_stations(self, name: str, stations: dict) -> None:
         self._iface_or_error(name).link.stations = stations

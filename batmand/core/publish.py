@@ -24,8 +24,11 @@ class Publisher:
 
     def slow_path(self) -> SlowPath:
         parts = [contribution() for contribution in self._slow_path]
+        watched = [p.to_host_sources for p in parts if p.to_host_sources is not None]
         return SlowPath(rules=frozenset().union(*(p.rules for p in parts)), multicast=any(p.multicast for p in parts),
-                        clients=frozenset().union(*(p.clients for p in parts)))
+                        clients=frozenset().union(*(p.clients for p in parts)),
+                        from_host_sources=frozenset().union(*(p.from_host_sources for p in parts)),
+                        to_host_sources=frozenset.intersection(*watched) if watched else None)
 
     def orig_route(self, orig: Mac) -> OrigRoute | None:
         node = self.mesh.originators.get(orig)

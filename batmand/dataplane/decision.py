@@ -35,6 +35,17 @@ MESH_KEY_MIN = INNER_OFF + HOST_KEY_MIN
 _ETH_P_IP, _ETH_P_IPV6 = 0x0800, 0x86DD
 
 
+class DeliverSeen:
+    """DELIVER for a frame whose source the core wants to hear of (SlowPath.to_host_sources):
+    the engine counts the hits and reports the source seen."""
+
+    __slots__ = ("client", "hits")
+
+    def __init__(self, client: tuple) -> None:
+        self.client = client
+        self.hits = 0
+
+
 class Forward(NamedTuple):
     """Send the frame on out of hard interface `iface` to `next_hop`."""
 
@@ -113,6 +124,8 @@ def slow_by_rule(slow: SlowPath, direction: str, frame, fields: tuple) -> bool:
         return True
     if slow.multicast and direction == TO_HOST and dst[0] & 1:
         return True
+    if direction == FROM_HOST and slow.from_host_sources and (src, vid) in slow.from_host_sources:
+        return True
     l4 = None
     for rule in slow.rules:
         if rule.direction != direction or rule.ethertype != ethertype:
@@ -148,7 +161,13 @@ def decide_mesh(frame, port_mac: bytes, primary: bytes | None, table: Forwarding
         # to us (and multicast is not checked), as the kernel does.
         if slow_by_rule(table.slow_path, TO_HOST, frame, fields):
             return SLOW
-        return DELIVER if dst[0] & 1 or table.local_clients.get(client) is True else SLOW
+        if not (dst[0] & 1 or table.local_clients.get(client) is True):
+            return SLOW
+        watched = table.slow_path.to_host_sources
+        if watched is None:
+            return DELIVER
+        source = (fields[1], vid)
+        return DeliverSeen(source) if source in watched else SLOW
     route = table.origs.get(dest)
     if route is None or wifi or frame[TTL_OFF] < 2 or seq_before8(ttvn, route.ttvn) or client in table.local_clients:
         return SLOW

@@ -25,8 +25,8 @@ from batmand.core.forwarding import FROM_HOST, TO_HOST, ForwardingTable
 from batmand.wire.fastpath import TTL_OFF, UNICAST_PREFIX_LEN, VLAN_ETHERTYPE, unicast_prefix
 
 from . import offload
-from .decision import (DELIVER, ETH_HEADER_LEN, HOST_KEY_MIN, MESH_KEY_MIN, SLOW, Forward, decide_host, decide_mesh,
-                       host_key, mesh_key)
+from .decision import (DELIVER, ETH_HEADER_LEN, HOST_KEY_MIN, MESH_KEY_MIN, SLOW, DeliverSeen, Forward, decide_host,
+                       decide_mesh, host_key, mesh_key)
 from .rings import TP_STATUS_CSUM_VALID, TP_STATUS_CSUMNOTREADY, RxRing, TxRing, error_name
 
 log = logging.getLogger("batmand")
@@ -164,9 +164,15 @@ class Engine:
         for route in self._host_cache.values():
             if route.hits:
                 self._seen[route.client] = now
+        for port in self.ports.values():  # sources delivered to the host the core watches
+            for decision in port.decisions.values():
+                if decision.__class__ is DeliverSeen and decision.hits:
+                    self._seen[decision.client] = now
+                    decision.hits = 0
 
     def take_seen(self) -> dict:
-        """Local clients that sent through the fast path since the last call: (mac, vid) -> time."""
+        """Local clients that sent through the fast path since the last call, and the sources
+        the core watches that it delivered: (mac, vid) -> time."""
         self._take_cache_hits()
         for route in self._host_cache.values():
             route.hits = 0
@@ -392,6 +398,9 @@ class Engine:
                     if len(decisions) >= DECISION_CACHE:
                         decisions.clear()  # a peer varying addresses cannot grow it
                     decisions[key] = decision
+            if decision.__class__ is DeliverSeen:
+                decision.hits += 1
+                decision = DELIVER
             if decision is DELIVER:
                 delivered += 1
                 delivered_bytes += length - UNICAST_PREFIX_LEN

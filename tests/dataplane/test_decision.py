@@ -27,7 +27,7 @@ from batmand.core.config import MeshConfig
 from batmand.core.events import Deliver, ForwardingUpdate, Transmit
 from batmand.core.forwarding import FROM_HOST, TO_HOST, ForwardingTable, SlowPath, SlowRule
 from batmand.core.mesh import Mesh
-from batmand.dataplane.decision import (DELIVER, SLOW, Encapsulate, Forward, decide_host, decide_mesh, host_key,
+from batmand.dataplane.decision import (DELIVER, SLOW, DeliverSeen, Encapsulate, Forward, decide_host, decide_mesh, host_key,
                                         mesh_key)
 from batmand.dataplane.engine import Engine
 from batmand.wire import BROADCAST, ETH_P_BATMAN, Mac, TtChange, TtClientFlags as F, TtDataFlags, TtTvlv, TtVlan
@@ -226,8 +226,8 @@ def check_mesh(world: World, iface, frame: bytes, tail: bytes) -> object:
     actions = world.take(world.mesh.receive(NOW, iface.name, frame))
     delivered = [a.frame for a in actions if isinstance(a, Deliver)]
     sent = [(a.iface, a.frame) for a in actions if isinstance(a, Transmit)]
-    if decision == DELIVER:
-        assert delivered == [frame[24:]] and sent == [], (frame.hex(), actions)
+    if decision == DELIVER or isinstance(decision, DeliverSeen):
+        assert delivered == [frame[24:]] and sent == [], (frame.hex(), world.table.slow_path, decision, actions)
     elif isinstance(decision, Forward):
         out = world.mesh.iface(decision.iface).mac
         rewritten = bytes(decision.next_hop) + out + frame[12:16] + bytes([frame[16] - 1]) + frame[17:]

@@ -37,8 +37,9 @@ NOW = 10.0
 
 def _mesh() -> tuple[Mesh, ForwardingTable]:
     """The core's state: vb our interface; NEIGHBOUR (client THEIRS) and BEYOND reached
-    through NEIGHBOUR; our client MINE; and the table it published."""
-    mesh = Mesh(MeshConfig(), soft_mac=SOFT, rng=random.Random(1), now=0.0)
+    through NEIGHBOUR; our client MINE; and the table it published. BLA off (its fast path
+    is in test_decision.test_bla_sources)."""
+    mesh = Mesh(MeshConfig(bridge_loop_avoidance=False), soft_mac=SOFT, rng=random.Random(1), now=0.0)
     table = ForwardingTable()
     actions = mesh.add_interface(NOW, "vb", OURS)
     actions += mesh.soft_iface_frame(NOW, ethernet(BROADCAST, MINE, None, 0x0806, bytes(28)))

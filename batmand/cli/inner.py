@@ -1,5 +1,6 @@
 """One-line summaries of the Ethernet frames batman-adv carries (ARP, IPv4, IPv6), in the
-style of batctl td / tcpdump. Display only: nothing here feeds the protocol."""
+style of batctl td / tcpdump, BLA's claim frames (ARP replies to ff:43:05) as batctl names
+them. Display only: nothing here feeds the protocol."""
 
 from __future__ import annotations
 
@@ -32,7 +33,28 @@ def _udp(proto: str, src: str, dst: str, l4: bytes) -> str:
     return f"{proto} {src}.{sport} > {dst}.{dport}: UDP, length {len(l4) - 8}"
 
 
-def _arp(data: bytes) -> str:
+def _bla_claim(inner: InnerFrame, data: bytes) -> str | None:
+    """batctl's line for a claim frame (an ARP reply, Ethernet/IPv4, target ff:43:05), else None."""
+    htype, ptype, hlen, plen = struct.unpack_from("!HHBB", data)
+    tha = data[18:24]
+    if (htype, ptype, hlen, plen) != (1, 0x0800, 6, 4) or tha[:3] != b"\xff\x43\x05":
+        return None
+    sha, kind, group = data[8:14], tha[3], struct.unpack_from("!H", tha, 4)[0]
+    src, dst = inner.h_source, inner.h_dest
+    if kind == 0:
+        return f"BLA CLAIM, backbone {sha.hex(':')}, client {src}, bla group {group:04x}"
+    if kind == 1:
+        return f"BLA UNCLAIM, backbone {src}, client {sha.hex(':')}, bla group {group:04x}"
+    if kind == 2:
+        return f"BLA ANNOUNCE, backbone {src}, bla group {group:04x}, crc {struct.unpack_from('!H', sha, 4)[0]:04x}"
+    if kind == 3:
+        return f"BLA REQUEST, src backbone {src}, dst backbone {dst}"
+    if kind == 4:
+        return f"BLA LOOPDETECT, src backbone {src}, dst backbone {dst}"
+    return f"BLA UNKNOWN, type {kind}"
+
+
+def _arp(inner: InnerFrame, data: bytes) -> str:
     if len(data) < 28:
         return "ARP, truncated"
     (op,) = struct.unpack_from("!H", data, 6)
@@ -40,7 +62,7 @@ def _arp(data: bytes) -> str:
     if op == 1:
         return f"ARP, Request who-has {tpa} tell {spa} ({sha}), length {len(data)}"
     if op == 2:
-        return f"ARP, Reply {spa} is-at {sha}, length {len(data)}"
+        return _bla_claim(inner, data) or f"ARP, Reply {spa} is-at {sha}, length {len(data)}"
     return f"ARP, unknown op code: {op}"
 
 
@@ -109,7 +131,7 @@ def summarize_inner(inner: InnerFrame) -> str:
         prefix = f"vlan {tci & 0xFFF}, p {tci >> 13}, "
     payload = bytes(inner.payload)
     if inner.h_proto == 0x0806:
-        return prefix + _arp(payload)
+        return prefix + _arp(inner, payload)
     if inner.h_proto == 0x0800:
         return prefix + _ipv4(payload)
     if inner.h_proto == 0x86DD:

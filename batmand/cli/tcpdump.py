@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 
-from batmand.wire import (Bcast, DatTvlv, Elp, GatewayTvlv, IcmpMsgType, IcmpPacket, IcmpRRPacket, IcmpTpPacket,
+from batmand.wire import (Bcast, InnerFrame, DatTvlv, Elp, GatewayTvlv, IcmpMsgType, IcmpPacket, IcmpRRPacket, IcmpTpPacket,
                           IvOgm, McastTrackerTvlv, McastTvlv, Mcast, NotBatmanError, Ogm2, RoamTvlv, TtDataFlags,
                           TtTvlv, Unicast, Unicast4Addr, UnicastFrag, UnicastTvlv, UnknownTvlv, UnknownUnicast,
                           WireError, decode_frame, VLAN_HAS_TAG)
@@ -23,7 +23,7 @@ ETH_P_ALL = 0x0003
 
 # batctl's -p / -x type masks
 TYPE_BITS = {"ogm": 1, "ogm2": 2, "elp": 4, "icmp": 8, "unicast": 16, "bcast": 32, "unicast_tvlv": 64,
-             "frag": 128, "mcast": 1024}
+             "frag": 128, "nonbat": 256, "mcast": 1024}
 
 
 def _type_bit(packet) -> int:
@@ -161,7 +161,7 @@ def format_frame(data: bytes, ts: float, *, as_json: bool = False, ifname: str |
     try:
         frame = decode_frame(data)
     except NotBatmanError:
-        return None
+        return _plain_frame(data, ts, as_json=as_json, ifname=ifname, type_mask=type_mask)
     except WireError as exc:
         if as_json:
             return json.dumps({"time": ts, "ifname": ifname, "length": len(data), "error": exc.reason})
@@ -178,6 +178,20 @@ def format_frame(data: bytes, ts: float, *, as_json: bool = False, ifname: str |
         length = len(data) - 14 if len(frame.packets) == 1 else len(packet.encode())
         lines += packet_lines(frame, packet, length)
     return f"{_timestamp(ts)} " + "\n".join(lines)
+
+
+def _plain_frame(data: bytes, ts: float, *, as_json: bool, ifname: str | None, type_mask: int) -> str | None:
+    """A frame that is not batman-adv's (on bat0 or a LAN port: ARP, IP, BLA's claim
+    frames), shown as batctl shows "non batman packets" (type bit 256)."""
+    if not type_mask & TYPE_BITS["nonbat"] or len(data) < 14:
+        return None
+    try:
+        summary = summarize_inner(InnerFrame.decode(data))
+    except WireError as exc:
+        summary = f"malformed frame, length {len(data)}: {exc.reason}"
+    if as_json:
+        return json.dumps({"time": ts, "ifname": ifname, "length": len(data), "summary": summary})
+    return f"{_timestamp(ts)} {summary}"
 
 
 def frames_from_file(path: str) -> Iterator[tuple[bytes, float, str | None]]:

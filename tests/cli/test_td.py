@@ -8,6 +8,7 @@ import time
 import pytest
 
 from batmand.capture import write_pcap
+from batmand.core.bla_frames import ANNOUNCE, CLAIM, LOOPDETECT, REQUEST, UNCLAIM, claim_frame
 from batmand.cli.tcpdump import format_frame
 from batmand.wire import BROADCAST, Elp, IvOgm, Mac, build_frame, ELP_TVLV_PADDING
 from tests.conftest import PCAP_DIR
@@ -62,13 +63,45 @@ def test_malformed_frames_print_a_reason_and_decoding_goes_on(tmp_path):
     result = batmanctl("td", "-r", str(path))
     lines = result.stdout.splitlines()
     assert result.returncode == 0
-    assert len(lines) == 5  # the non-batman frame is skipped
-    assert "ELP via iface" in lines[0] and "ELP via iface" in lines[4]
+    assert len(lines) == 6
+    assert "ELP via iface" in lines[0] and "ELP via iface" in lines[5]
     assert "malformed batman-adv frame, length 30: IV OGM header truncated" in lines[1]
-    assert "unknown packet type 0x99" in lines[2]
-    assert "Ethernet header truncated" in lines[3]
+    assert lines[2].endswith(" IP, truncated")  # a non-batman frame, shown as batctl does (type 256)
+    assert "unknown packet type 0x99" in lines[3]
+    assert "Ethernet header truncated" in lines[4]
     jlines = [json.loads(x) for x in batmanctl("td", "--json", "-r", str(path)).stdout.splitlines()]
-    assert [("error" in j) for j in jlines] == [False, True, True, True, False]
+    assert [("error" in j) for j in jlines] == [False, True, False, True, True, False]
+    assert len(batmanctl("td", "-x", "256", "-r", str(path)).stdout.splitlines()) == 5
+
+
+def test_bla_claim_frames_are_named_as_batctl_names_them(tmp_path):
+    """Claim frames (on bat0 or a LAN port) in batctl's words; a VLAN's with its tag; a
+    plain ARP reply stays one; -p 256 (non batman packets) selects them."""
+    gw, client, other = Mac("02:bb:00:00:01:00"), Mac("02:00:00:00:00:aa"), Mac("02:bb:00:00:02:00")
+    group_dst = Mac("ff:43:05:00:be:ef")
+    frames = [
+        claim_frame(CLAIM, eth_dst=group_dst, eth_src=client, sender_hw=gw, group=0xBEEF, vid=0),
+        claim_frame(UNCLAIM, eth_dst=group_dst, eth_src=gw, sender_hw=client, group=0xBEEF, vid=0),
+        claim_frame(ANNOUNCE, eth_dst=group_dst, eth_src=gw, sender_hw=bytes.fromhex("430543051234"),
+                    group=0xBEEF, vid=0x8000 | 7),
+        claim_frame(REQUEST, eth_dst=other, eth_src=gw, sender_hw=gw, group=0xBEEF, vid=0),
+        claim_frame(LOOPDETECT, eth_dst=Mac("ff:ff:ff:ff:ff:ff"), eth_src=Mac("ba:be:00:00:00:01"),
+                    sender_hw=Mac("ba:be:00:00:00:01"), group=0xBEEF, vid=0),
+        bytes(B) + bytes(A) + b"\x08\x06" + bytes.fromhex("0001080006040002") + bytes(A) + bytes([10, 0, 0, 1])
+        + bytes(B) + bytes([10, 0, 0, 2]),
+    ]
+    path = tmp_path / "claims.pcap"
+    write_pcap(str(path), frames)
+    lines = [line.split(" ", 1)[1] for line in batmanctl("td", "-p", "256", "-r", str(path)).stdout.splitlines()]
+    assert lines == [
+        f"BLA CLAIM, backbone {gw}, client {client}, bla group beef",
+        f"BLA UNCLAIM, backbone {gw}, client {client}, bla group beef",
+        f"vlan 7, p 0, BLA ANNOUNCE, backbone {gw}, bla group beef, crc 1234",
+        f"BLA REQUEST, src backbone {gw}, dst backbone {other}",
+        "BLA LOOPDETECT, src backbone ba:be:00:00:00:01, dst backbone ff:ff:ff:ff:ff:ff",
+        f"ARP, Reply 10.0.0.1 is-at {A}, length 28",
+    ]
+    assert batmanctl("td", "-p", "1", "-r", str(path)).stdout == ""
 
 
 def test_unreadable_file_is_a_clear_error(tmp_path):
@@ -78,8 +111,10 @@ def test_unreadable_file_is_a_clear_error(tmp_path):
     assert result.returncode == 1 and "cannot read" in result.stderr
 
 
-def test_format_frame_skips_non_batman():
-    assert format_frame(bytes(B) + bytes(A) + b"\x86\xdd" + bytes(50), 0.0) is None
+def test_format_frame_shows_non_batman_frames_unless_excluded():
+    frame = bytes(B) + bytes(A) + b"\x86\xdd" + bytes(50)
+    assert format_frame(frame, 0.0).endswith("IP6 :: > :: hop-by-hop options, length 0")
+    assert format_frame(frame, 0.0, type_mask=0xFFFF & ~256) is None
 
 
 def test_live_capture_on_a_veth():
@@ -87,7 +122,7 @@ def test_live_capture_on_a_veth():
         ip("link", "add", "tda", "type", "veth", "peer", "name", "tdb", netns=ns)
         ip("link", "set", "tda", "up", netns=ns)
         ip("link", "set", "tdb", "up", netns=ns)
-        capture = subprocess.Popen(in_netns(ns, BATMANCTL + ["td", "--json", "--count", "3", "tda"]),
+        capture = subprocess.Popen(in_netns(ns, BATMANCTL + ["td", "--json", "--count", "3", "-x", "256", "tda"]),
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             frames = [build_frame(BROADCAST, A, Elp(orig=A, seqno=n), padding=ELP_TVLV_PADDING) for n in range(3)]

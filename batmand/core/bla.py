@@ -37,10 +37,6 @@ LOOPDETECT_TIMEOUT = 3.0
 ROAM_GUARD = 0.1  # an own claim younger than this: a race, not a roaming client
 DUPLIST_SIZE = 16
 DUPLIST_TIMEOUT = 0.5
-# ours (the kernel has no limits): a mesh peer can make us claim any number of sources and
-# a LAN host can invent backbone gateways in our group; beyond these nothing new is kept
-MAX_CLAIMS = 4096
-MAX_BACKBONES = 256
 
 
 _PTYPES = {Bcast: "bcast", Unicast4Addr: "unicast_4addr", Mcast: "mcast"}
@@ -183,7 +179,7 @@ class Bla:
         entry = self.backbones.get(key)
         if entry is not None:
             return entry
-        if not own and orig != self.primary and len(self.backbones) >= MAX_BACKBONES:
+        if not own and orig != self.primary and len(self.backbones) >= self.mesh.config.max_bla_backbones:
             self.mesh.counters.drop("bla_backbone_table_full")
             return None
         entry = self.backbones[key] = Backbone(Mac(orig), vid, now)
@@ -215,7 +211,7 @@ class Bla:
         key = (Mac(client), vid)
         claim = self.claims.get(key)
         if claim is None:
-            if len(self.claims) >= MAX_CLAIMS:
+            if len(self.claims) >= self.mesh.config.max_bla_claims:
                 self.mesh.counters.drop("bla_claim_table_full")
                 return
             self._published_claims = None

@@ -361,6 +361,10 @@ class MeshConfig:
                                             help="temporary clients kept (learnt from broadcasts)")
     max_dat_entries: int = setting(10_000, Range(1, 10_000_000),
                                    help="distributed ARP table entries kept (the least recently refreshed go)")
+    # a mesh peer can make us claim any source and a LAN host can invent backbone gateways in
+    # our group (the kernel has no limit); beyond these, traffic still flows, unclaimed
+    max_bla_claims: int = setting(4_096, Range(1, 1_000_000), help="bridge loop avoidance claims kept")
+    max_bla_backbones: int = setting(256, Range(1, 100_000), help="other backbone gateways kept")
     max_pending_tt_requests: int = setting(1_000, Range(1, 100_000), help="TT requests waiting for an answer or a route")
     max_forward_queue: int = setting(256, Range(1, 65_536),
                                      help="forwarded OGMs waiting to go out (BATADV_BATMAN_QUEUE_LEN)")

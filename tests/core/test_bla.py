@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 
-from batmand.core.bla import MAX_BACKBONES, PERIOD, print_vid
+from batmand.core.bla import PERIOD, print_vid
 from batmand.core.bla_frames import (ANNOUNCE, ANNOUNCE_PREFIX, BROADCAST, CLAIM, claim_frame, crc16, parse_claim)
 from batmand.core.config import MeshConfig
 from batmand.sim.network import Network
@@ -149,4 +149,20 @@ def test_hostile_claim_frames_from_the_lan_change_little():
         net.lan_send(lan, claim_frame(ANNOUNCE, eth_dst=BROADCAST, eth_src=Mac(bytes([2, 0x77, 0, 0, i >> 8, i & 0xFF])),
                                       sender_hw=ANNOUNCE_PREFIX + b"\x00\x00", group=group, vid=0))
     net.run_for(1)
-    assert len(a.bla.backbones) == MAX_BACKBONES and a.counters["drop_bla_backbone_table_full"] > 0
+    assert len(a.bla.backbones) == a.config.max_bla_backbones and a.counters["drop_bla_backbone_table_full"] > 0
+
+
+def test_claims_a_mesh_peer_makes_us_keep_are_bounded_and_traffic_still_flows():
+    """C's host sends broadcasts from ever new sources: the gateways claim them up to
+    max_bla_claims (ours; the kernel has no limit), count the rest, and still pass them."""
+    net, lan = _net()
+    a = net.nodes["A"].mesh
+    net.lan_send(lan, frame(BROADCAST, L_MAC, b"start"))
+    net.run_for(3 * PERIOD + 2)  # past the hold
+    for node in ("A", "B"):
+        net.nodes[node].mesh.set_option(net.now, "max_bla_claims", 5)
+    for i in range(8):
+        net.host_send("C", frame(BROADCAST, Mac(bytes([2, 0x55, 0, 0, 0, i])), b"src%d" % i))
+        net.run_for(0.2)
+    assert len(a.bla.claims) == 5 and a.counters["drop_bla_claim_table_full"] > 0
+    assert all(_on_lan(lan, b"src%d" % i) >= 1 for i in range(8))

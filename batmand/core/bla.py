@@ -468,16 +468,18 @@ class Bla:
 
     def _slow_path(self) -> SlowPath:
         """With BLA on, the core decides multicast toward the host, frames from the host sent
-        by a client we claimed (it may have roamed into our LAN), and frames to the host from
-        any source we have not claimed (we claim it, or take it over); those from our own
-        claims are delivered fast and reported seen, which keeps the claims fresh."""
+        by a client we claimed (it may have roamed into our LAN), frames to the host from
+        any source we have not claimed (we claim it, or take it over) and unicast for us
+        whose last hop is another gateway of our LAN (dropped); frames from our own claims
+        are delivered fast and reported seen, which keeps the claims fresh."""
         if not self.enabled:
             return SlowPath()
+        primary = self.primary
         if self._published_claims is None:
-            primary = self.primary
             self._published_claims = frozenset(k for k, c in self.claims.items() if c.backbone.orig == primary)
         return SlowPath(multicast=True, from_host_sources=self._published_claims,
-                        to_host_sources=self._published_claims)
+                        to_host_sources=self._published_claims,
+                        from_last_hops=frozenset(bytes(b.orig) for b in self.backbones.values() if b.orig != primary))
 
     def sources_seen(self, seen: dict) -> None:
         """Sources the data plane delivered to the host without us ({(mac, vid): when}): our

@@ -55,6 +55,9 @@ class SlowPath:
     # (Mac, vid) or None: frames to the host from any other source (BLA: sources we have not
     # claimed); those from these are delivered and reported seen (take_seen)
     to_host_sources: frozenset | None = None
+    # last hops (the outer source MAC) whose UNICAST for us the core decides (BLA: a gateway
+    # of our own LAN, whose unicast for our host came over the LAN already)
+    from_last_hops: frozenset = frozenset()
 
     def l4(self, direction: str) -> bool:
         """Whether a rule in `direction` reads the IP protocol (then the data plane's

@@ -28,6 +28,7 @@ class Publisher:
         return SlowPath(rules=frozenset().union(*(p.rules for p in parts)), multicast=any(p.multicast for p in parts),
                         clients=frozenset().union(*(p.clients for p in parts)),
                         from_host_sources=frozenset().union(*(p.from_host_sources for p in parts)),
+                        from_last_hops=frozenset().union(*(p.from_last_hops for p in parts)),
                         to_host_sources=frozenset.intersection(*watched) if watched else None)
 
     def orig_route(self, orig: Mac) -> OrigRoute | None:

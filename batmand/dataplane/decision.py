@@ -159,7 +159,8 @@ def decide_mesh(frame, port_mac: bytes, primary: bytes | None, table: Forwarding
     if dest == primary:
         # A stale TTVN does not matter here: the core reroutes a frame for our own client
         # to us (and multicast is not checked), as the kernel does.
-        if slow_by_rule(table.slow_path, TO_HOST, frame, fields):
+        if slow_by_rule(table.slow_path, TO_HOST, frame, fields) or (
+                table.slow_path.from_last_hops and bytes(frame[6:12]) in table.slow_path.from_last_hops):
             return SLOW
         if not (dst[0] & 1 or table.local_clients.get(client) is True):
             return SLOW

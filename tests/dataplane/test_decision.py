@@ -395,13 +395,18 @@ def test_bla_sources():
     seen = decide_mesh(from_theirs, mac, world.primary, world.table, False)
     assert isinstance(seen, DeliverSeen) and seen.client == (CLIENTS[0], 0)
     assert decide_host(ethernet(CLIENTS[1], CLIENTS[0], None, 0x0800, bytes(28)), world.table) is SLOW
-    # and the core, with BLA on, publishes exactly its own claims so
+    # a unicast for us whose last hop is another gateway of our LAN: the core drops it
+    world.table.apply(ForwardingUpdate({}, {}, {}, slow_path=SlowPath(to_host_sources=claimed,
+                                                                      from_last_hops=frozenset({ORIGS[0]}))))
+    assert decide_mesh(from_theirs, mac, world.primary, world.table, False) is SLOW
+    # and the core, with BLA on, publishes exactly its own claims so, and the other gateways
     mesh = Mesh(MeshConfig(), soft_mac=SOFT, rng=random.Random(1), now=0.0)
     mesh.add_interface(NOW, "e0", IFACE_MACS[0])
     mesh.bla._handle_claim(NOW, mesh.primary.mac, CLIENTS[0], 0)
     mesh.bla._handle_claim(NOW, ORIGS[1], CLIENTS[2], 0)
     published = mesh.publisher.slow_path()
     assert published.to_host_sources == published.from_host_sources == claimed and published.multicast
+    assert published.from_last_hops == {ORIGS[1]}
 
 
 def test_nothing_is_delivered_to_our_address_while_its_interface_is_down():

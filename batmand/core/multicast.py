@@ -227,7 +227,7 @@ class Multicast:
         frame_len = len(inner.encode())
         if not self.not_capable and self.flags is not None and self.flags & HAVE_MC_PTYPE_CAPA \
                 and packet_len(frame_len, total) <= IPV6_MIN_MTU:
-            dests = [o for o in listeners + want_all + routers if not mesh.bla.is_backbone_gw(o, 0)]
+            dests = [o for o in listeners + want_all + routers if not mesh.bla.is_backbone_gw(o, vid)]
             self.forwarding.send_own(now, inner, dests)  # a gateway of our LAN has it from the LAN
             mesh.counters.add("tx", frame_len)
             return True
@@ -235,7 +235,7 @@ class Multicast:
             return False
         sent = False
         for orig in listeners + want_all + routers:
-            if mesh.bla.is_backbone_gw(orig, 0):
+            if mesh.bla.is_backbone_gw(orig, vid):
                 sent = True  # a gateway of our own LAN has the frame from the LAN already
                 continue
             sent |= mesh.routing.send_unicast(now, inner, mesh.originators.get(orig))

@@ -14,7 +14,7 @@ from batmand.core.bla_frames import (ANNOUNCE, ANNOUNCE_PREFIX, BROADCAST, CLAIM
 from batmand.core.config import MeshConfig
 from batmand.core.events import Uevent
 from batmand.sim.network import Network
-from batmand.wire import InnerFrame, Mac
+from batmand.wire import InnerFrame, IvOgm, Mac, decode_frame
 
 L_MAC = Mac("02:11:00:00:00:01")  # a host on the LAN
 C_HOST = Mac("02:22:00:00:00:01")  # a host behind mesh node C
@@ -289,3 +289,52 @@ def test_vlans_are_claimed_each_on_their_own():
     claims = _claims(net, "A")
     assert (str(C_HOST), 5) in claims and (str(C_HOST), -1) not in claims
     assert _claims(net, "B")[(str(C_HOST), 5)] == claims[(str(C_HOST), 5)]
+
+
+def _past_the_hold_with_c_claimed_by_a(net, lan) -> None:
+    net.lan_send(lan, frame(BROADCAST, L_MAC, b"start"))
+    net.run_for(3 * PERIOD + 2)
+    net.host_send("C", frame(BROADCAST, C_HOST, b"one"))
+    net.run_for(1)
+    assert _claims(net, "B")[(str(C_HOST), -1)] == str(net.nodes["A"].orig)
+
+
+def test_dat_answers_for_a_claimed_client_only_at_its_gateway():
+    """Both gateways know C's host's IPv4 address from their DAT caches; the LAN host asks
+    for it: only A, which claimed it, answers from its cache (batadv_bla_check_claim in
+    batadv_dat_snoop_outgoing_arp_request), so the LAN gets one reply."""
+    net, lan = _net()
+    _past_the_hold_with_c_claimed_by_a(net, lan)
+    c_ip, l_ip = bytes([10, 0, 0, 3]), bytes([10, 0, 0, 200])
+    for name in "AB":
+        net.nodes[name].mesh.dat.cache_add(net.now, c_ip, C_HOST, 0)
+    request = (bytes(BROADCAST) + bytes(L_MAC) + b"\x08\x06"
+               + struct.pack("!HHBBH6s4s6s4s", 1, 0x0800, 6, 4, 1, L_MAC, l_ip, bytes(6), c_ip))
+    net.lan_send(lan, request)
+    net.run_for(1)
+    replies = [(s, f) for _, s, f in lan.frames if s is not None and f[12:14] == b"\x08\x06" and f[20:22] == b"\x00\x02"
+               and f[28:32] == c_ip]
+    assert [s for s, _ in replies] == ["A"] and replies[0][1][22:28] == bytes(C_HOST)
+
+
+def test_multicast_leaves_out_the_gateways_of_our_lan():
+    """B wants all IPv4 multicast (bridged, no querier: flags 0x07) and C's host listens to
+    the group: the LAN host's multicast leaves A for C only; B has it from the LAN."""
+    from batmand.core.multicast import HostGroups
+    from tests.core.test_multicast import G4, G4_MAC
+
+    net, lan = _net()
+    for name in "ABCD":
+        groups = HostGroups(bridged=True) if name == "B" else HostGroups(ipv4=(G4,)) if name == "C" else HostGroups()
+        net.nodes[name].mesh.multicast.update(net.now, groups)
+    _past_the_hold_with_c_claimed_by_a(net, lan)
+    a = net.nodes["A"].mesh
+    assert net.nodes["B"].orig in a.multicast.wants["ipv4"] and a.tt.best_orig(G4_MAC, 0) == net.nodes["C"].orig
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 32, 0, 0, 1, 17, 0, bytes([10, 0, 0, 200]), G4) + bytes(12)
+    mcast = bytes(G4_MAC) + bytes(L_MAC) + b"\x08\x00" + ip
+    sent = net.sent_by("A", lambda: (net.lan_send(lan, mcast), net.run_for(0.05)))
+    packets = [p for p in map(lambda f: decode_frame(f).packet, sent) if not isinstance(p, IvOgm)]
+    to = [p.dest for p in packets if hasattr(p, "dest")] + [
+        d for p in packets for t in getattr(p, "tvlvs", ()) for d in getattr(t, "dests", ())]
+    assert packets and net.nodes["C"].orig in to and net.nodes["B"].orig not in to
+    assert any(f[14:] == ip for _, f in net.nodes["C"].delivered)

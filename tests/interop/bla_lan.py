@@ -28,7 +28,7 @@ from batmand.capture import write_pcap
 from batmand.core.bla_frames import MAGIC
 from batmand.lab import Lab, net
 from batmand.lab.lab import ifmac
-from tests.daemon.test_bla_lab import LAN_HOST_IP, PACKET_OUTGOING, PORT, Sniffer, _primary
+from tests.daemon.test_bla_lab import LAN_HOST_IP, PACKET_OUTGOING, PORT, Sniffer, _primary, token
 from tests.interop.matrix import kernel_json, ok
 from tests.netns import entered
 
@@ -212,6 +212,64 @@ class BlaLan:
             if m:
                 rows[m[1]] = int(m[4], 16)
         return rows
+
+    def claimed_by(self, client: str) -> str | None:
+        """The gateway every gateway lists as the owner of the client's one claim (own on
+        that one only, the same VID everywhere), else None."""
+        rows = {g: [r for r in self.claims(g) if r["bla_address"] == client] for g in self.gateways}
+        if any(len(r) != 1 for r in rows.values()):
+            return None
+        if len({(r[0]["bla_backbone"], r[0]["bla_vid"]) for r in rows.values()}) != 1:
+            return None
+        backbone = rows[self.gateways[0]][0]["bla_backbone"]
+        owner = next((g for g in self.gateways if self.orig[g] == backbone), None)
+        if owner is None or any(bool(rows[g][0].get("bla_own")) != (g == owner) for g in self.gateways):
+            return None
+        return owner
+
+    def claim(self, node: str, timeout: float = 30) -> str:
+        """The mesh node's host pings the LAN host until the gateways agree on who claims it;
+        returns that gateway."""
+        client = self.lab.mesh_mac(node)
+
+        def claimed():
+            self.ping(node, LAN_HOST_IP)
+            return self.claimed_by(client)
+
+        deadline = time.monotonic() + timeout
+        while (owner := claimed()) is None:
+            assert time.monotonic() < deadline, f"no agreed claim for {node}'s host {client} after {timeout} s"
+            time.sleep(0.5)
+        return owner
+
+    def entered_from(self, sniffer: Sniffer, tok: bytes, node: str) -> set[str]:
+        """The nodes whose BCAST carrying tok reached the mesh node."""
+        origs = set(sniffer.bcast_origs(tok, node, self.lab.topology.hard_interfaces(node)))
+        return {n for n, o in self.orig.items() if o in origs}
+
+    def hold(self, sniffer: Sniffer, node: str, timeout: float = 45) -> tuple[set[str], dict[str, float]]:
+        """The LAN host's first broadcast makes the gateways backbone gateways (nothing holds
+        it back yet); then each holds the LAN's multicast back until its own new entry is in
+        sync. Returns where the first one entered the mesh (seen at the mesh node) and, per
+        gateway, how long after it the gateway passed the LAN's broadcasts again (probes
+        every 0.5 s)."""
+        first = token("first")
+        self.broadcast("h", first)
+        t_first = time.monotonic()
+        time.sleep(1)
+        entered = self.entered_from(sniffer, first, node)
+        probes: list[tuple[float, bytes]] = []
+        passed: dict[str, float] = {}
+        while set(passed) != set(self.gateways):
+            assert time.monotonic() - t_first < timeout, f"the LAN's broadcasts pass only {sorted(passed)}"
+            tok = token("probe")
+            self.broadcast("h", tok)
+            probes.append((time.monotonic(), tok))
+            time.sleep(0.5)
+            for sent, t in probes:
+                for g in self.entered_from(sniffer, t, node) & set(self.gateways):
+                    passed.setdefault(g, sent - t_first)
+        return entered, passed
 
     def group(self, g: str) -> int:
         """The group id in the header line of g's `cl` (and `bbt`: both must say the same)."""

@@ -84,33 +84,14 @@ class Run:
         return next(x for x in GATEWAYS if x != g)
 
     def entered_from(self, tok: bytes) -> set[str]:
-        """The gateways whose BCAST carrying tok reached n3."""
-        origs = set(self.sniffer.bcast_origs(tok, "n3", self.lab.topology.hard_interfaces("n3")))
-        return {g for g in GATEWAYS if self.orig[g] in origs} | ({"n3"} if self.orig["n3"] in origs else set())
+        """The nodes whose BCAST carrying tok reached n3."""
+        return self.lan.entered_from(self.sniffer, tok, "n3")
 
     def claims_of_n3(self, g: str) -> list[dict]:
         return [r for r in self.lan.claims(g) if r["bla_address"] == self.n3_mac]
 
     def claimed_by(self) -> str | None:
-        """The gateway both list as the owner of n3's host's one claim (own there only)."""
-        rows = {g: self.claims_of_n3(g) for g in GATEWAYS}
-        if any(len(r) != 1 for r in rows.values()):
-            return None
-        if len({(r[0]["bla_backbone"], r[0]["bla_vid"]) for r in rows.values()}) != 1:
-            return None
-        owner = next((g for g in GATEWAYS if self.orig[g] == rows["g1"][0]["bla_backbone"]), None)
-        if owner is None or any(bool(rows[g][0].get("bla_own")) != (g == owner) for g in GATEWAYS):
-            return None
-        return owner
-
-    def claim(self) -> str:
-        """n3's host pings the LAN host until both gateways agree on who claims it."""
-        def claimed():
-            self.lan.ping("n3", LAN_HOST_IP)
-            return self.claimed_by()
-
-        owner, _ = wait_for(claimed, timeout=30, step=0.5)
-        return owner
+        return self.lan.claimed_by(self.n3_mac)
 
 
 def _lab(algo: str) -> Lab:
@@ -136,7 +117,9 @@ def run(request):
         try:
             r.report["booted_s"] = round(time.monotonic() - started, 1)
             r.report["converged_s"] = round(converge(lab, timeout=60), 1)
-            _hold(r)
+            entered, r.hold = lan.hold(sniffer, "n3")
+            r.report["first_broadcast_entered_from"] = sorted(entered)
+            r.report["hold_s"] = {g: round(v, 1) for g, v in r.hold.items()}
             yield r
         finally:
             sniffer.stop()
@@ -151,31 +134,6 @@ def run(request):
         assert "Possible loop" not in r.kernel_log, r.kernel_log[-3000:]
         for node, text in logs.items():
             assert "Possible loop" not in text, f"{node}'s log:\n{text[-3000:]}"
-
-
-def _hold(r: Run) -> None:
-    """The LAN's first broadcast makes both gateways backbone gateways (nothing holds it
-    back yet); then each holds the LAN's multicast back until its own entry is in sync.
-    Probe every 0.5 s and note when each gateway passes a probe again."""
-    first = token("first")
-    r.lan.broadcast("h", first)
-    t_first = time.monotonic()
-    time.sleep(1)
-    r.report["first_broadcast_entered_from"] = sorted(r.entered_from(first))
-    probes: list[tuple[float, bytes]] = []
-
-    def passed() -> bool:
-        tok = token("probe")
-        r.lan.broadcast("h", tok)
-        probes.append((time.monotonic(), tok))
-        time.sleep(0.4)
-        for sent, t in probes:
-            for g in r.entered_from(t) & set(GATEWAYS):
-                r.hold.setdefault(g, sent - t_first)
-        return set(r.hold) == set(GATEWAYS)
-
-    wait_for(passed, timeout=WAIT_PERIODS * PERIOD + 10, step=0.1)
-    r.report["hold_s"] = {g: round(v, 1) for g, v in r.hold.items()}
 
 
 def test_hold_group_and_backbones(run):
@@ -251,7 +209,7 @@ def test_counters_count_claim_frames_alike(run):
 
 def test_claims_broadcasts_and_pings(run):
     lan, sniffer = run.lan, run.sniffer
-    owner = run.claim()
+    owner = lan.claim("n3")
     other = run.other(owner)
     run.report["claimed_by"] = owner
 
@@ -354,7 +312,7 @@ def test_takeover(run):
     if run.algo != "BATMAN_IV":
         pytest.skip("BLA's timers do not depend on the routing algorithm: the takeover runs with IV only")
     lab, lan, sniffer = run.lab, run.lan, run.sniffer
-    owner = run.claimed_by() or run.claim()
+    owner = run.claimed_by() or lan.claim("n3")
     other = run.other(owner)
     run.read_kernel_log()
     lab.stop_daemons([owner])

@@ -16,9 +16,9 @@ noting when. Then:
   (20-30 s, the kernel and we alike); both print the same group id (the higher CRC16 of
   the two primary MACs) in the `cl` and `bbt` headers; the kernel's `batctl bbt` lists g1,
   our `batmanctl bbt` lists k2, each with the CRC the other announces for its own claims.
-- test_counters_count_claim_frames_alike: in a quiet period of one ANNOUNCE period both
-  count claim frames as the kernel does (rx and rx_bytes for each one injected, tx_dropped
-  for each of the other's consumed, tx for the other's LOOPDETECTs let into the mesh).
+- test_counters_count_claim_frames_alike (V only): in a quiet period of one ANNOUNCE
+  period both count claim frames as the kernel does (rx and rx_bytes for each one injected,
+  tx_dropped for each of the other's consumed, tx for the other's LOOPDETECTs let in).
 - test_claims_broadcasts_and_pings: n3's host pings the LAN host until both list one claim
   for it (same client, backbone, VID; own on the claiming one alone) in `batctl clj` and
   `batmanctl cl --json`; a broadcast of n3's host reaches the LAN host once, through the
@@ -31,10 +31,16 @@ noting when. Then:
   batmand.core.bla_frames builds from the same type, addresses, group and VID, names k2
   where the kernel puts its address, and both sides' ANNOUNCEs carry the CRCs of the claims
   their CLAIM frames made.
-- test_takeover (IV only: BLA's timers do not depend on the algorithm): the claiming
-  gateway stops; the other one keeps leaving n3's host to it until the stopped one's
-  backbone entry times out (60 s without ANNOUNCEs, found at the next 10 s period), then
-  claims it, and n3's broadcasts reach the LAN host again, once."""
+- test_loop_detection_finds_no_loop (V only): each side's first LOOPDETECT (about 60 s
+  after its start) is let into the mesh by the other (n3 claims both loop-detect MACs), and
+  neither side reports a loop (its kernel log, our log).
+- test_takeover (IV only): the claiming gateway stops; the other one keeps leaving n3's
+  host to it until the stopped one's backbone entry times out (60 s without ANNOUNCEs,
+  found at the next 10 s period), then claims it, and n3's broadcasts reach the LAN host
+  again, once.
+BLA's timers do not depend on the routing algorithm, so what takes long to wait for runs
+with one of them only. When a lab goes down: no Traceback or ERROR in batmand's logs, no
+loop reported by either side."""
 
 from __future__ import annotations
 
@@ -58,6 +64,9 @@ from tests.interop.matrix import converge, ok
 
 GATEWAYS = ("g1", "k2")
 PERIOD, WAIT_PERIODS, BACKBONE_TIMEOUT = 10.0, 3, 60.0
+LOOPDETECT_PERIODS, LOOPDETECT_TIMEOUT = 6, 3.0
+# BLA's timers do not depend on the routing algorithm: what takes a while to wait for runs once
+ONCE = "runs with one routing algorithm only (the takeover with IV, the quiet period and loop detection with V)"
 # g1's primary MAC per algorithm: its CRC16 above the kernel's 0x9918 (02:ba:00:00:02:01) with
 # IV, below it with V, so that each side once adopts the other's group
 G1_MAC = {"BATMAN_IV": "02:b1:a0:00:01:01", "BATMAN_V": "02:b1:a0:01:01:01"}
@@ -196,6 +205,8 @@ def test_counters_count_claim_frames_alike(run):
     """In a quiet period (one ANNOUNCE period and a bit), each side counts the claim frames
     as the kernel does: each one it injects (rx, 42 bytes), each of the other's it consumes
     (tx_dropped), each LOOPDETECT of the other's it lets into the mesh (tx)."""
+    if run.algo != "BATMAN_V":
+        pytest.skip(ONCE)
     before, after, frames = _quiet_window(run, PERIOD + 0.5)
     kinds = {g: [parse_claim(InnerFrame.decode(raw)).kind for _, x, raw in frames if x == g] for g in GATEWAYS}
     assert all(ANNOUNCE in kinds[g] for g in GATEWAYS), kinds  # the window covers a period of each
@@ -316,9 +327,34 @@ def test_kernel_claim_frames_are_ours(run):
     assert not wrong and checked >= 4, (checked, wrong)
 
 
+def test_loop_detection_finds_no_loop(run):
+    """Each gateway's first LOOPDETECT (the sixth BLA period after its start) goes onto the
+    LAN; the other one lets it into the mesh as a broadcast (it is no claim frame to it),
+    so n3 (BLA on, no LAN) hears it and claims the loop-detect MAC, as any mesh source; its
+    sender gets that broadcast from a backbone gateway and does not take it in: no loop is
+    reported (checked on both sides when the lab goes down)."""
+    if run.algo != "BATMAN_V":
+        pytest.skip(ONCE)
+
+    def loopdetects() -> dict[str, bytes] | None:
+        found = {g: raw for t, g, raw in list(run.claim_frames.frames)
+                 if parse_claim(InnerFrame.decode(raw)).kind == LOOPDETECT}
+        return found if set(found) == set(GATEWAYS) else None
+
+    found, _ = wait_for(loopdetects, timeout=LOOPDETECT_PERIODS * PERIOD + 10, step=0.5)
+    time.sleep(LOOPDETECT_TIMEOUT + 0.5)
+    macs = {g: str(parse_claim(InnerFrame.decode(raw)).eth_src) for g, raw in found.items()}
+    f = parse_claim(InnerFrame.decode(found["k2"]))
+    assert claim_frame(LOOPDETECT, eth_dst=f.eth_dst, eth_src=f.eth_src, sender_hw=f.sender_hw, group=f.group,
+                       vid=0) == found["k2"] and str(f.sender_hw) == run.orig["k2"], found["k2"].hex()
+    n3 = {r["bla_address"]: r for r in run.lan.claims("n3")}
+    assert all(n3.get(mac, {}).get("bla_own") for mac in macs.values()), (macs, n3)
+    run.report["loopdetect"] = macs
+
+
 def test_takeover(run):
     if run.algo != "BATMAN_IV":
-        pytest.skip("BLA's timers do not depend on the routing algorithm: the takeover runs with IV only")
+        pytest.skip(ONCE)
     lab, lan, sniffer = run.lab, run.lan, run.sniffer
     owner = run.claimed_by() or lan.claim("n3")
     other = run.other(owner)

@@ -61,10 +61,19 @@ def _records(reader, path):
             raise CaptureFileError(f"{path}: damaged capture file: {exc}") from None
 
 
-def write_pcap(path: str, frames: list[bytes]) -> None:
-    """Write Ethernet frames to a classic pcap file."""
+def write_pcap(path: str, frames: list[bytes], timestamps: list[float] | None = None) -> None:
+    """Write Ethernet frames to a classic pcap file (stamped with `timestamps`, seconds since
+    the epoch, one per frame; without them, the time of writing)."""
     from scapy.utils import RawPcapWriter
 
     with RawPcapWriter(path, linktype=LINKTYPE_ETHERNET, sync=True) as writer:
-        for data in frames:
-            writer.write(data)
+        if timestamps is None:
+            for data in frames:
+                writer.write(data)
+            return
+        if len(timestamps) != len(frames):
+            raise ValueError(f"{len(frames)} frames but {len(timestamps)} timestamps")
+        writer.write_header(None)
+        for data, ts in zip(frames, timestamps):
+            usec = round(ts * 1e6)
+            writer.write_packet(data, sec=usec // 1_000_000, usec=usec % 1_000_000)

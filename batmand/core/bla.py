@@ -512,6 +512,8 @@ class Bla:
 
     def backbone_rows(self, now: float) -> list[dict]:
         primary = self.primary
+        # batctl's bbj: the keys in netlink attribute order (LAST_SEEN_MSECS, BLA_OWN, BLA_VID,
+        # BLA_BACKBONE, BLA_CRC), as for claims
         return [{"last_seen_msecs": max(0, int(round((now - b.lasttime) * 1000))),
-                 **({"bla_own": True} if b.orig == primary else {}), "bla_backbone": str(b.orig),
-                 "bla_vid": print_vid(b.vid), "bla_crc": b.crc} for b in self.backbones.values()]
+                 **({"bla_own": True} if b.orig == primary else {}), "bla_vid": print_vid(b.vid),
+                 "bla_backbone": str(b.orig), "bla_crc": b.crc} for b in self.backbones.values()]

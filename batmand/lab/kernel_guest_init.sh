@@ -13,6 +13,9 @@
 #                                     before bat0 goes up (bridge_loop_avoidance 0, orig_interval ..)
 #                      HARDIF_SETTINGS lines "NIC-INDEX SETTING VALUE" for `batctl hardif`
 #                                     (throughput_override, elp_interval, hop_penalty)
+#                      LAN_NIC        "MAC/MTU" of a NIC that is no mesh interface but is
+#                                     bridged with bat0: br0 = bat0 + it (optional; then
+#                                     ADDR4 goes on br0, and bat0, br0, the NIC have IPv6 off)
 #                      ADDR4, ADDR6   addresses on bat0 (optional)
 #                      SETUP          shell commands run once bat0 is up (optional)
 #   bm.probe         print BM-PROBE-OK and power off (the accelerator probe)
@@ -81,18 +84,24 @@ nic_with_mac() {
     return 1
 }
 
+# the NIC with this MAC (virtio may still be probing it: wait up to 5 s), or nothing
+wait_nic() {
+    tries=0
+    while ! nic_with_mac "$1"; do
+        tries=$((tries + 1))
+        [ $tries -gt 100 ] && return 1
+        sleep 0.05
+    done
+}
+
+no_ipv6() { echo 1 > /proc/sys/net/ipv6/conf/$1/disable_ipv6 || problem "IPv6 off on $1"; }
+
 batctl routing_algo "${ALGO:-BATMAN_IV}" > /dev/null || problem "batctl routing_algo $ALGO"
 index=0
 for nic in $NICS; do
     mac=${nic%/*}
     mtu=${nic#*/}
-    tries=0
-    dev=""
-    while ! dev=$(nic_with_mac "$mac"); do
-        tries=$((tries + 1))
-        [ $tries -gt 100 ] && break
-        sleep 0.05
-    done
+    dev=$(wait_nic "$mac")
     index=$((index + 1))
     if [ -z "$dev" ]; then
         problem "no NIC with MAC $mac"
@@ -121,9 +130,29 @@ EOF
     done <<EOF
 $HARDIF_SETTINGS
 EOF
+    addr_dev=bat0
+    if [ -n "$LAN_NIC" ]; then  # br0 = bat0 + the LAN NIC, all three without IPv6
+        no_ipv6 bat0
+        if lan_dev=$(wait_nic "${LAN_NIC%/*}"); then
+            no_ipv6 "$lan_dev"
+            ip link set "$lan_dev" mtu "${LAN_NIC#*/}" || problem "MTU ${LAN_NIC#*/} on $lan_dev"
+            brctl addbr br0 || problem "brctl addbr br0"
+            no_ipv6 br0
+            for knob in stp_state=0 forward_delay=0 multicast_snooping=0; do
+                echo "${knob#*=}" > /sys/class/net/br0/bridge/${knob%=*} || problem "br0 $knob"
+            done
+            brctl addif br0 bat0 && brctl addif br0 "$lan_dev" || problem "br0's ports"
+            ip link set "$lan_dev" up || problem "$lan_dev up"
+            addr_dev=br0
+            note "LAN: br0 = bat0 + $lan_dev"
+        else
+            problem "no LAN NIC with MAC ${LAN_NIC%/*}"
+        fi
+    fi
     ip link set bat0 up || problem "bat0 up"
-    [ -n "$ADDR4" ] && { ip addr add "$ADDR4" dev bat0 || problem "address $ADDR4"; }
-    [ -n "$ADDR6" ] && { ip -6 addr add "$ADDR6" dev bat0 || problem "address $ADDR6"; }
+    [ "$addr_dev" = br0 ] && { ip link set br0 up || problem "br0 up"; }
+    [ -n "$ADDR4" ] && { ip addr add "$ADDR4" dev $addr_dev || problem "address $ADDR4"; }
+    [ -n "$ADDR6" ] && { ip -6 addr add "$ADDR6" dev $addr_dev || problem "address $ADDR6"; }
 else
     problem "no bat0"
 fi

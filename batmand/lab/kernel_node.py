@@ -14,9 +14,24 @@ it with everything else there) and records its PID; only that PID is ever signal
 Guest: bat0 with every NIC (BATMAN_IV unless routing_algo says BATMAN_V; per-NIC settings
 for B.A.T.M.A.N. V from [hardif.<the link's veth>] as for batmand), NIC i has MAC
 02:ba:HH:HH:HH:0<i+1> (HH = the node's host number, so the primary NIC's MAC is the
-originator address), bat0 has 02:bb:HH:HH:HH:00, bridge loop avoidance is off, the NIC MTU
-is the link's, bat0 gets the lab's mesh addresses, and settings the kernel also has
-(orig_interval_ms, hop_penalty, aggregation, ...) are taken from the node's [batmand] config.
+originator address), bat0 has 02:bb:HH:HH:HH:00, bridge loop avoidance is off (unless the
+config turns it on), the NIC MTU is the link's, bat0 gets the lab's mesh addresses, and
+settings the kernel also has (orig_interval_ms, hop_penalty, aggregation, ...) are taken
+from the node's [batmand] config.
+
+A LAN NIC (topology `kernel = { lan = true }`, for bridge loop avoidance): one more NIC, not a
+mesh interface, MAC 02:bc:HH:HH:HH:00, MTU 1500. In the guest it is bridged with bat0
+(br0 = bat0 + that NIC, no STP, no forward delay, no multicast snooping); the lab's IPv4
+address goes on br0 instead of bat0, and br0, bat0 and the NIC have IPv6 off from the
+start, so the guest's host sends nothing it is not asked to (its start-up multicast would
+otherwise be the first frame BLA sees). On the host it is the TAP `ktl` in a bridge `kbl`
+of the node's namespace, with nothing else in it: the test plugs its LAN in there (a veth
+to the LAN's namespace, made a port of kbl), as it plugs a batmand gateway's lan0 into br0:
+
+    VM eth<n> (br0 port) ==virtio== ktl --[bridge kbl]-- (the test's veth to its LAN)
+
+(An image built before LAN NICs existed ignores them: wait_ready() says so, rebuild it with
+scripts/kernel-node-setup.sh.)
 
 Commands run in the guest over a second serial port (a unix socket on the host, one command
 at a time per VM) under busybox sh: `KernelVM.run(script)` returns the exit status, stdout
@@ -127,6 +142,11 @@ def node_macs(host: int, nics: int) -> tuple[list[str], str]:
     return [f"02:ba:{mid}:{i + 1:02x}" for i in range(nics)], f"02:bb:{mid}:00"
 
 
+def lan_mac(host: int) -> str:
+    """The LAN NIC's MAC of the kernel node with this host number: 02:bc:HH:HH:HH:00."""
+    return "02:bc" + node_macs(host, 0)[1][5:]
+
+
 def mesh_settings(config: dict) -> tuple[str, list[tuple[str, str]], list[str]]:
     """From a node's batmand config: (routing algorithm, batctl meshif settings, keys the
     kernel node ignores). Bridge loop avoidance is off unless the config turns it on: the
@@ -188,7 +208,8 @@ class KernelNodeConfig:
     console: str  # the guest's ttyS0
     nics: list[Nic]
     mesh_mac: str
-    ipv4: str | None = None  # "10.77.0.2/24" on bat0
+    lan: Nic | None = None  # the LAN NIC (bridged with bat0 in the guest), if any
+    ipv4: str | None = None  # "10.77.0.2/24" on bat0 (on br0 with a LAN NIC)
     ipv6: str | None = None
     algo: str = "BATMAN_IV"
     settings: list[tuple[str, str]] = field(default_factory=list)  # batctl meshif bat0 SETTING VALUE
@@ -202,7 +223,8 @@ class KernelNodeConfig:
         values = {
             "NODE": self.name, "ALGO": self.algo,
             "NICS": " ".join(f"{n.mac}/{n.mtu}" for n in self.nics),
-            "MESH_MAC": self.mesh_mac, "ADDR4": self.ipv4 or "", "ADDR6": self.ipv6 or "",
+            "MESH_MAC": self.mesh_mac, "LAN_NIC": f"{self.lan.mac}/{self.lan.mtu}" if self.lan else "",
+            "ADDR4": self.ipv4 or "", "ADDR6": self.ipv6 or "",
             "MESH_SETTINGS": "\n".join(f"{k} {v}" for k, v in self.settings),
             "HARDIF_SETTINGS": "\n".join(f"{i} {k} {v}" for i, k, v in self.hardif),
             "SETUP": self.setup,
@@ -213,6 +235,7 @@ class KernelNodeConfig:
     def from_dict(cls, data: dict) -> "KernelNodeConfig":
         data = dict(data)
         data["nics"] = [Nic(**n) for n in data["nics"]]
+        data["lan"] = Nic(**data["lan"]) if data.get("lan") else None
         data["settings"] = [tuple(s) for s in data.get("settings", [])]
         data["hardif"] = [tuple(s) for s in data.get("hardif", [])]
         return cls(**data)
@@ -228,13 +251,14 @@ def _sysctl_in(ns: str, assignments: dict[str, str]) -> None:
         raise KernelNodeError(f"{ns}: sysctl failed: {proc.stderr.strip()}")
 
 
-def plumb(ns: str, links: list[tuple[str, str, str, int]]) -> None:
+def plumb(ns: str, links: list[tuple[str | None, str, str, int]]) -> None:
     """For each (veth, tap, bridge, mtu): a persistent TAP and a bridge joining it to the
-    veth. Nothing of it speaks itself: IPv6 is off on all three, the bridge has no STP and
-    no multicast snooping (it floods, as a radio would)."""
+    veth (veth None: the bridge holds the TAP alone, for a test to add a port). Nothing of
+    it speaks itself: IPv6 is off on all three, the bridge has no STP and no multicast
+    snooping (it floods, as a radio would)."""
     # new interfaces in this namespace (TAPs, bridges) start with IPv6 off
     _sysctl_in(ns, {"net.ipv6.conf.default.disable_ipv6": "1",
-                    **{f"net.ipv6.conf.{veth}.disable_ipv6": "1" for veth, _, _, _ in links}})
+                    **{f"net.ipv6.conf.{veth}.disable_ipv6": "1" for veth, _, _, _ in links if veth}})
     for veth, tap, bridge, mtu in links:
         proc = subprocess.run(["ip", "-n", ns, "tuntap", "add", "dev", tap, "mode", "tap"], capture_output=True,
                               text=True)
@@ -246,7 +270,8 @@ def plumb(ns: str, links: list[tuple[str, str, str, int]]) -> None:
             br = ip.link_lookup(ifname=bridge)[0]
             tap_index = ip.link_lookup(ifname=tap)[0]
             ip.link("set", index=tap_index, mtu=mtu, master=br)
-            ip.link("set", index=ip.link_lookup(ifname=veth)[0], master=br)
+            if veth:
+                ip.link("set", index=ip.link_lookup(ifname=veth)[0], master=br)
             ip.link("set", index=tap_index, state="up")
             ip.link("set", index=br, state="up")
 
@@ -346,7 +371,7 @@ class KernelVM:
                 "-chardev", f"file,id=console,path={c.console}", "-serial", "chardev:console",
                 "-chardev", f"socket,id=channel,path={self.socket_path},server=on,wait=off",
                 "-serial", "chardev:channel"]
-        for i, nic in enumerate(c.nics):
+        for i, nic in enumerate([*c.nics, *([c.lan] if c.lan else [])]):
             argv += ["-netdev", f"tap,id=nic{i},ifname={nic.tap},script=no,downscript=no,vnet_hdr=off",
                      "-device", f"virtio-net-pci,netdev=nic{i},mac={nic.mac},romfile="]
         return argv
@@ -422,6 +447,9 @@ class KernelVM:
                     problems = "\n".join(line for line in text.splitlines() if "PROBLEM" in line)
                     raise KernelNodeError(f"{c.name}: the guest reported problems while setting up:\n{problems}\n"
                                           f"(console: {c.console})")
+                if c.lan and "LAN: br0 = bat0 + " not in text:
+                    raise KernelNodeError(f"{c.name}: the guest made no br0 for its LAN NIC: the image's /init "
+                                          "predates LAN NICs (rebuild it: scripts/kernel-node-setup.sh)")
                 return self.boot_seconds
             if not self.alive():
                 status = f" with status {self.proc.returncode}" if self.proc is not None and \

@@ -11,7 +11,8 @@ Names (prefix P, node N, peer M, client C):
                                          /var/lib/batmand/bat0.<originator>.state), so the
                                          lab runs batmand as a user would
 - kernel node N (a VM, kernel_node.py):  in P-N, per link i the TAP kt<i> and the bridge kb<i>
-                                         (ports kt<i> and the link's veth); <lab_root>/P/N.log
+                                         (ports kt<i> and the link's veth); with kernel.lan the
+                                         LAN NIC's TAP ktl in the bridge kbl; <lab_root>/P/N.log
                                          (QEMU), N.console.log (guest console), <run_root>/P/N/
                                          vm.json, vm.pid, ctl.sock (command channel)
 - lab state (for the CLI and `down`):    <lab_root>/P/state.json
@@ -215,7 +216,8 @@ class Lab:
             self.run_dir.joinpath(node.name).mkdir(parents=True, exist_ok=True)
             if node.kind == "kernel":
                 try:
-                    kn.plumb(self.ns(node.name), topo.kernel_wiring(node.name))
+                    lan = topo.kernel_lan(node.name)
+                    kn.plumb(self.ns(node.name), topo.kernel_wiring(node.name) + ([(None, *lan)] if lan else []))
                 except kn.KernelNodeError as exc:
                     raise LabError(str(exc)) from None
             else:
@@ -328,6 +330,7 @@ class Lab:
         spec = topo.nodes[node]
         wiring = topo.kernel_wiring(node)
         macs, mesh_mac = kn.node_macs(spec.host, len(wiring))
+        lan = topo.kernel_lan(node)
         try:
             algo, settings, _ = kn.mesh_settings(topo.daemon_config(node))
             hardif = kn.hardif_settings(topo.daemon_config(node), [veth for veth, _, _, _ in wiring])
@@ -337,7 +340,8 @@ class Lab:
             name=node, netns=self.ns(node), run_dir=str(self.run_dir / node), log=str(self.log_path(node)),
             console=str(self.console_path(node)),
             nics=[kn.Nic(tap, mac, mtu) for (_, tap, _, mtu), mac in zip(wiring, macs)], mesh_mac=mesh_mac,
-            ipv4=topo.address(node, 4, prefixlen=True), ipv6=topo.address(node, 6, prefixlen=True),
+            lan=kn.Nic(lan[0], kn.lan_mac(spec.host), lan[2]) if lan else None,
+            ipv4=topo.address(node, 4, prefixlen=True), ipv6=None if lan else topo.address(node, 6, prefixlen=True),
             algo=algo, settings=settings, hardif=hardif, setup=spec.kernel.get("setup", ""),
             memory_mb=spec.kernel.get("memory_mb", kn.MEMORY_MB),
         )

@@ -17,8 +17,10 @@ name = "n1"               # <= 13 characters: interfaces are named e-<peer> / c-
 kind = "batmand"          # default; "kernel": the Linux kernel's batman-adv in a QEMU VM
 interfaces = ["stub0"]    # optional extra hard interfaces connected to nothing (ifb), after the links
 batmand = { hop_penalty = 60 }   # optional per-node overrides of [batmand]
-kernel = { memory_mb = 256, setup = "batctl meshif bat0 dat 0" }   # kernel nodes only (optional):
-                          # guest RAM, shell commands run in the guest once bat0 is up
+kernel = { memory_mb = 256, setup = "batctl meshif bat0 dat 0", lan = true }   # kernel nodes only
+                          # (optional): guest RAM, shell commands run in the guest once bat0 is up,
+                          # a LAN NIC bridged with bat0 in the guest (kernel_node.py; the host side
+                          # is the bridge kbl in the node's namespace, for a test to plug a LAN into)
 
 [[link]]
 a = "n1"
@@ -70,6 +72,7 @@ _RATE_UNITS = {
 RESERVED_IFNAMES = {"lo", BRIDGE}
 KERNEL_TAP = "kt{}"  # kernel node, link i: the VM's TAP and the bridge joining it to the link's veth
 KERNEL_BRIDGE = "kb{}"
+KERNEL_LAN_TAP, KERNEL_LAN_BRIDGE = "ktl", "kbl"  # kernel node with kernel.lan: its LAN NIC's TAP and bridge
 
 SHIPPED_DIR = Path(__file__).resolve().parent.parent.parent / "netns-lab" / "topologies"
 
@@ -118,7 +121,7 @@ class Node:
     host: int = 0  # host number in the mesh subnets
     interfaces: list[str] = field(default_factory=list)  # extra hard interfaces (ifb: connected to nothing)
     batmand: dict = field(default_factory=dict)  # per-node config overrides
-    kernel: dict = field(default_factory=dict)  # kernel nodes: memory_mb, setup
+    kernel: dict = field(default_factory=dict)  # kernel nodes: memory_mb, setup, lan
 
 
 @dataclass
@@ -182,6 +185,13 @@ class Topology:
         is TAP i."""
         return [(link.ifname_in(node), KERNEL_TAP.format(i), KERNEL_BRIDGE.format(i), link.mtu)
                 for i, link in enumerate(self.node_links(node))]
+
+    def kernel_lan(self, node: str) -> tuple[str, str, int] | None:
+        """A kernel node's LAN NIC (kernel.lan): (TAP, bridge, MTU) in its namespace, or None.
+        Nothing is plugged into the bridge: a test connects it to its LAN."""
+        spec = self.nodes[node]
+        return (KERNEL_LAN_TAP, KERNEL_LAN_BRIDGE, CLIENT_MTU) if spec.kind == "kernel" and spec.kernel.get("lan") \
+            else None
 
     def node_clients(self, node: str) -> list[Client]:
         return [c for c in self.clients.values() if c.node == node]
@@ -284,7 +294,7 @@ def from_dict(data: dict, name: str = "lab", source: str | None = None) -> Topol
         kernel = entry.get("kernel", {})
         if not isinstance(kernel, dict):
             raise TopologyError(f"{where}: kernel must be a table")
-        _check_keys(kernel, {"memory_mb", "setup"}, f"{where}: kernel")
+        _check_keys(kernel, {"memory_mb", "setup", "lan"}, f"{where}: kernel")
         if kernel and kind != "kernel":
             raise TopologyError(f"{where}: a kernel table needs kind = \"kernel\"")
         if "memory_mb" in kernel and (isinstance(kernel["memory_mb"], bool) or not isinstance(kernel["memory_mb"], int)
@@ -292,6 +302,8 @@ def from_dict(data: dict, name: str = "lab", source: str | None = None) -> Topol
             raise TopologyError(f"{where}: kernel.memory_mb must be an integer 96..4096")
         if not isinstance(kernel.get("setup", ""), str):
             raise TopologyError(f"{where}: kernel.setup must be a string of shell commands")
+        if not isinstance(kernel.get("lan", False), bool):
+            raise TopologyError(f"{where}: kernel.lan must be true or false")
         if kind == "kernel" and extras:
             raise TopologyError(f"{where}: kernel nodes have no extra interfaces (only their links' NICs)")
         nodes[nname] = Node(nname, kind, entry.get("id", i), extras, overrides, dict(kernel))
@@ -374,7 +386,10 @@ def _check_names(topo: Topology) -> None:
         names += [(x, "interfaces") for x in topo.nodes[node].interfaces]
         names += [(c.ifname, f"client {c.name}") for c in topo.node_clients(node)]
         if topo.nodes[node].kind == "kernel":
-            for _, tap, bridge, _ in topo.kernel_wiring(node):
+            vm_ifnames = [(tap, bridge) for _, tap, bridge, _ in topo.kernel_wiring(node)]
+            if topo.kernel_lan(node):
+                vm_ifnames.append(topo.kernel_lan(node)[:2])
+            for tap, bridge in vm_ifnames:
                 seen.setdefault(tap, "the VM's TAP")
                 seen.setdefault(bridge, "the VM's bridge")
         for ifname, what in names:

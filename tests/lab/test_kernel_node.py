@@ -12,6 +12,7 @@ printed (not a silent skip).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gzip
 import hashlib
 import os
@@ -83,6 +84,10 @@ def test_interop_topologies():
       "link": [{"a": "k", "b": "b"}]}, "memory_mb"),
     ({"node": [{"name": "k", "kind": "kernel"}, {"name": "b"}], "link": [{"a": "k", "b": "b", "ifname_a": "kt0"}]},
      "clashes with the VM's TAP"),
+    ({"node": [{"name": "k", "kind": "kernel", "kernel": {"lan": "yes"}}, {"name": "b"}],
+      "link": [{"a": "k", "b": "b"}]}, "kernel.lan must be true or false"),
+    ({"node": [{"name": "k", "kind": "kernel", "kernel": {"lan": True}}, {"name": "b"}],
+      "link": [{"a": "k", "b": "b", "ifname_a": "kbl"}]}, "clashes with the VM's bridge"),
 ])
 def test_kernel_node_topology_errors(data, message):
     with pytest.raises(TopologyError, match=re.escape(message)):
@@ -162,6 +167,34 @@ def test_wiring_without_booting():
         assert (cfg.ipv4, cfg.ipv6, cfg.algo) == ("10.77.0.2/24", "fd77::2/64", "BATMAN_IV")
         assert ("orig_interval", "1000") in cfg.settings and ("bridge_loop_avoidance", "0") in cfg.settings
         assert not lab.daemon_running("k2")
+    assert net.list_namespaces(prefix) == []
+
+
+def test_lan_nic_wiring_without_booting():
+    """kernel.lan (bla-kernel's k2): one more NIC, not in the mesh, behind the TAP ktl in a
+    bridge kbl of its own (nothing else in it: the test plugs its LAN in); the guest is told
+    to bridge it with bat0 and to put the IPv4 address on br0, without IPv6."""
+    prefix = f"{PREFIX}l"
+    with Lab("bla-kernel", prefix) as lab:
+        info = {i["name"]: i for i in net.interfaces(lab.ns("k2"))}
+        assert set(info) == {"lo", "e-n3", "kt0", "kb0", "ktl", "kbl"}
+        assert info["ktl"]["kind"] == "tun" and info["ktl"]["master"] == "kbl" and info["ktl"]["mtu"] == 1500
+        assert info["kbl"]["kind"] == "bridge" and not [a for a in info["kbl"]["addresses"] if ":" in a]
+        assert [i for i in info.values() if i["master"] == "kbl"] == [info["ktl"]]
+        cfg = lab.kernel_config("k2")
+        assert [(n.tap, n.mac) for n in cfg.nics] == [("kt0", "02:ba:00:00:02:01")]
+        assert (cfg.lan.tap, cfg.lan.mac, cfg.lan.mtu) == ("ktl", "02:bc:00:00:02:00", 1500)
+        assert (cfg.ipv4, cfg.ipv6) == ("10.77.0.2/24", None)
+        assert ("bridge_loop_avoidance", "1") in cfg.settings
+        assert "LAN_NIC=02:bc:00:00:02:00/1500\n" in cfg.guest_config()
+        assert kernel_node.KernelNodeConfig.from_dict(dataclasses.asdict(cfg)) == cfg
+        argv = kernel_node.KernelVM(cfg).qemu_command() if kernel_image.load_image() else []
+        assert not argv or "tap,id=nic1,ifname=ktl,script=no,downscript=no,vnet_hdr=off" in argv
+        # a node without kernel.lan is as before: no LAN NIC, IPv6 on bat0
+        assert lab.topology.kernel_lan("g1") is None
+    with Lab("interop-pair", prefix) as lab:
+        cfg = lab.kernel_config("k2")
+        assert cfg.lan is None and cfg.ipv6 == "fd77::2/64" and "LAN_NIC=''\n" in cfg.guest_config()
     assert net.list_namespaces(prefix) == []
 
 

@@ -635,19 +635,26 @@ def test_ping_record_route_and_no_translate(daemon, capsys):
     ]
 
 
-def test_ping_interrupted_prints_statistics(daemon, capsys):
+def test_ping_interrupted_prints_statistics(daemon, capsys, monkeypatch):
     dst = "02:ba:de:af:fe:03"
-    first = threading.Event()
+    printed = threading.Event()  # the client printed the reply line: now Ctrl-C
+    real_emit = commands.emit
+
+    def emit(lines):
+        real_emit(lines)
+        if any("icmp_seq" in line for line in lines):
+            printed.set()
 
     def ping(args, send):
         assert args["count"] == commands.PING_COUNT_FOREVER  # no -c: until Ctrl-C
         send({"event": {"type": "reply", "seqno": 1, "ttl": 50, "rtt_ms": 2.0, "from": dst}})
-        first.set()
+        printed.wait(5)
         time.sleep(0.5)  # the client is interrupted meanwhile
 
+    monkeypatch.setattr(commands, "emit", emit)
     daemon.answers["ping"] = ping
     daemon.answers["translate"] = {"orig_address": dst}
-    timer = threading.Timer(0.0, lambda: (first.wait(2), time.sleep(0.05), _interrupt_main()))
+    timer = threading.Timer(0.0, lambda: (printed.wait(5), _interrupt_main()))
     timer.start()
     rc, out, _ = run(capsys, "--socket", daemon.path, "ping", dst)
     timer.join()

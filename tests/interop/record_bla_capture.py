@@ -5,7 +5,7 @@ tests/core/test_bla_capture.py reads. Run it (as root, where the interop tests r
     BATMAND_SHARED=/work/shared PYTHONPATH=. .venv/bin/python -m tests.interop.record_bla_capture [OUT.pcap]
 
 Topology bla-kernels: k1 - n3 - k2, k1 and k2 kernel nodes whose LAN NICs are bridged into
-one LAN namespace with a LAN host (tests/interop/bla_lan.py), n3 a batmand node (the mesh
+one LAN namespace with a LAN host (tests/daemon/bla_lan.py), n3 a batmand node (the mesh
 between them, and the mesh client they claim). IPv6 is off everywhere; the frames are
 what these steps make the kernels send, taken at the LAN bridge's ports (each frame once,
 as the gateway sent it; untagged, 42 bytes, no padding):
@@ -37,7 +37,7 @@ from pathlib import Path
 from batmand.core.bla_frames import CLAIM, LOOPDETECT, REQUEST, TYPE_NAMES, UNCLAIM, parse_claim
 from batmand.lab import Lab, load
 from batmand.wire import InnerFrame, Mac
-from tests.interop.bla_lan import BlaLan, ClaimCapture
+from tests.daemon.bla_lan import BlaLan, ClaimCapture
 from tests.interop.matrix import converge, ok
 from tests.netns import entered
 

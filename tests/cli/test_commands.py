@@ -655,9 +655,15 @@ def test_ping_interrupted_prints_statistics(daemon, capsys, monkeypatch):
     daemon.answers["ping"] = ping
     daemon.answers["translate"] = {"orig_address": dst}
     timer = threading.Timer(0.0, lambda: (printed.wait(5), _interrupt_main()))
-    timer.start()
-    rc, out, _ = run(capsys, "--socket", daemon.path, "ping", dst)
-    timer.join()
+    # Ctrl-C raises KeyboardInterrupt as in a terminal, also when this run was started as a
+    # background job (the shell then ignores SIGINT for it)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        timer.start()
+        rc, out, _ = run(capsys, "--socket", daemon.path, "ping", dst)
+        timer.join()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert rc == 0
     assert out.splitlines()[-3:] == [f"--- {dst} ping statistics ---",
                                       "1 packets transmitted, 1 received, 0% packet loss",

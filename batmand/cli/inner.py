@@ -7,6 +7,7 @@ from __future__ import annotations
 import ipaddress
 import struct
 
+from batmand.core.bla_frames import ANNOUNCE, CLAIM, LOOPDETECT, REQUEST, TYPE_NAMES, UNCLAIM, parse_claim
 from batmand.wire import InnerFrame
 
 _TCP_FLAGS = "FSRPAU"
@@ -33,24 +34,20 @@ def _udp(proto: str, src: str, dst: str, l4: bytes) -> str:
     return f"{proto} {src}.{sport} > {dst}.{dport}: UDP, length {len(l4) - 8}"
 
 
-def _bla_claim(inner: InnerFrame, data: bytes) -> str | None:
-    """batctl's line for a claim frame (an ARP reply, Ethernet/IPv4, target ff:43:05), else None."""
-    htype, ptype, hlen, plen = struct.unpack_from("!HHBB", data)
-    tha = data[18:24]
-    if (htype, ptype, hlen, plen) != (1, 0x0800, 6, 4) or tha[:3] != b"\xff\x43\x05":
+def _bla_claim(inner: InnerFrame) -> str | None:
+    """batctl's line for a claim frame (bla_frames.parse_claim's), else None."""
+    claim = parse_claim(inner)
+    if claim is None:
         return None
-    sha, kind, group = data[8:14], tha[3], struct.unpack_from("!H", tha, 4)[0]
-    src, dst = inner.h_source, inner.h_dest
-    if kind == 0:
-        return f"BLA CLAIM, backbone {sha.hex(':')}, client {src}, bla group {group:04x}"
-    if kind == 1:
-        return f"BLA UNCLAIM, backbone {src}, client {sha.hex(':')}, bla group {group:04x}"
-    if kind == 2:
-        return f"BLA ANNOUNCE, backbone {src}, bla group {group:04x}, crc {struct.unpack_from('!H', sha, 4)[0]:04x}"
-    if kind == 3:
-        return f"BLA REQUEST, src backbone {src}, dst backbone {dst}"
-    if kind == 4:
-        return f"BLA LOOPDETECT, src backbone {src}, dst backbone {dst}"
+    kind, group, src, dst, sha = claim.kind, claim.group, claim.eth_src, claim.eth_dst, claim.sender_hw
+    if kind == CLAIM:
+        return f"BLA CLAIM, backbone {sha}, client {src}, bla group {group:04x}"
+    if kind == UNCLAIM:
+        return f"BLA UNCLAIM, backbone {src}, client {sha}, bla group {group:04x}"
+    if kind == ANNOUNCE:
+        return f"BLA ANNOUNCE, backbone {src}, bla group {group:04x}, crc {bytes(sha)[4] << 8 | bytes(sha)[5]:04x}"
+    if kind in (REQUEST, LOOPDETECT):
+        return f"BLA {TYPE_NAMES[kind]}, src backbone {src}, dst backbone {dst}"
     return f"BLA UNKNOWN, type {kind}"
 
 
@@ -62,7 +59,7 @@ def _arp(inner: InnerFrame, data: bytes) -> str:
     if op == 1:
         return f"ARP, Request who-has {tpa} tell {spa} ({sha}), length {len(data)}"
     if op == 2:
-        return _bla_claim(inner, data) or f"ARP, Reply {spa} is-at {sha}, length {len(data)}"
+        return _bla_claim(inner) or f"ARP, Reply {spa} is-at {sha}, length {len(data)}"
     return f"ARP, unknown op code: {op}"
 
 

@@ -328,15 +328,15 @@ def run_setting(args) -> int:
 
 
 def run_hardif(args) -> int:
-    names = {name: s for s in HARDIF_SETTINGS.values() for name in (s.name, s.spec.batctl[1])}
-    if args.setting not in names:
-        raise UsageError(f"unknown hard-interface setting {args.setting} "
-                         f"({', '.join(s.spec.batctl[1] for s in HARDIF_SETTINGS.values())})")
-    schema = names[args.setting]
+    """batctl hardif IFACE hp|et|to [VALUE]."""
+    schema = HARDIF_SETTINGS[args.hardif_setting]
     setting = schema.name
+    if len(args.values) > 1:
+        raise UsageError("incorrect number of arguments (expected 1)")
     client = client_for(args)
-    if args.value is None:
-        value = client.request("hardif_get", {"ifname": args.ifname, "setting": setting})
+    request = {"ifname": args.hardif, "setting": setting}
+    if not args.values:
+        value = client.request("hardif_get", request)
         if setting == "throughput_override":
             emit([f"{value // 1000}.{value % 1000 // 100} MBit"])
         else:
@@ -344,13 +344,27 @@ def run_hardif(args) -> int:
         return 0
     if setting == "throughput_override":
         try:
-            value = schema.parse(args.value)
+            value = schema.parse(args.values[0])
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     else:
-        value = _parse_uint(schema, setting)(args.value)
-    client.request("hardif_set", {"ifname": args.ifname, "setting": setting, "value": value})
+        value = _parse_uint(schema, setting)(args.values[0])
+    client.request("hardif_set", {**request, "value": value})
     return 0
+
+
+def run_refused(args) -> int:
+    """A batctl command that cannot mean anything for batmand: say why."""
+    raise UsageError(args.why)
+
+
+# batctl's commands batmand refuses, and why
+REFUSED = {
+    "isolation_mark": "isolation_mark: batmand cannot see packet marks (the kernel matches the skb mark that "
+                      "nftables or tc set; frames reach a userspace daemon through the TAP device without it)",
+    "network_coding": "network_coding: batman-adv removed network coding (2025.4); batmand does not implement it",
+    "bisect_iv": "bisect_iv: it reads the kernel's batman IV debug log (debugfs), which batmand does not write",
+}
 
 
 def loglevel_value(words: list[str]) -> str:
@@ -659,11 +673,20 @@ def add_parsers(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object per event")
     p.set_defaults(func=run_event)
 
-    p = subparsers.add_parser("hardif", help="hard-interface settings: hardif IFACE et|to|hp [VALUE]")
-    p.add_argument("ifname")
-    p.add_argument("setting", metavar="et|to|hp")
-    p.add_argument("value", nargs="?")
-    p.set_defaults(func=run_hardif)
+    for schema in HARDIF_SETTINGS.values():
+        p = subparsers.add_parser(f"hardif:{schema.name}", help=f"hardif IFACE {schema.spec.batctl[0]}: {schema.spec.help}")
+        p.add_argument("values", nargs="*", metavar="VALUE", help="new value (none: print the current one)")
+        p.set_defaults(func=run_hardif, hardif_setting=schema.name)
+
+    for name, why in REFUSED.items():
+        p = subparsers.add_parser(name, help=why)
+        p.add_argument("words", nargs="*", help=argparse.SUPPRESS)
+        p.set_defaults(func=run_refused, why=why)
+
+    p = subparsers.add_parser("vlan:ap_isolation", help="ap_isolation of one VLAN")
+    p.add_argument("values", nargs="*", metavar="VALUE", help="new value (none: print the current one)")
+    p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    p.set_defaults(func=run_setting, setting=next(s for s in SETTINGS if s.name == "ap_isolation"))
 
     p = subparsers.add_parser("loglevel", aliases=["ll"], help=LOGLEVEL.help)
     p.add_argument("levels", nargs="*", metavar="LEVEL",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -21,8 +22,8 @@ from batmand.core import ping
 from batmand.core.config import HARDIF_SETTINGS
 from batmand.daemon import options
 
-from . import tables
-from .client import Client, ControlError, DaemonError, socket_path
+from . import grammar, meshes, tables
+from .client import SOCKET_ENV, Client, ControlError, DaemonError, socket_path
 from .hosts import is_valid_unicast, load_bat_hosts, resolve_destination
 
 CLEAR_SCREEN = "\033[2J\033[0;0f"  # batctl's watch mode: clear, cursor to 0,0
@@ -183,26 +184,71 @@ def render_interfaces(client: Client, args) -> tuple[list[str], int]:
     return tables.interfaces_lines(rows), 0
 
 
+INTERFACE_ACTIONS = {"add": "a", "a": "a", "del": "d", "d": "d", "create": "c", "c": "c", "destroy": "D", "D": "D"}
+
+
+def _create_params(words: list[str]) -> str | None:
+    """interface create [routing_algo|ra ALGO]: the algorithm, or None for the selected one."""
+    algo = None
+    i = 0
+    while i < len(words):
+        if words[i] not in ("routing_algo", "ra"):
+            raise UsageError(f"unknown parameter '{words[i]}'")
+        if i + 1 >= len(words):
+            raise UsageError(f"missing parameter for '{words[i]}'")
+        algo, i = words[i + 1], i + 2
+    return algo
+
+
 def run_interface(args) -> int:
-    client = client_for(args)
+    """batctl interface: list; add|del IFACE...; create [ra ALGO]; destroy (meshes.py)."""
     words = list(args.words)
     if not words:
+        client = client_for(args)
         return _watch(args, lambda: render_interfaces(client, args))
-    action, ifnames = words[0], words[1:]
-    if action in ("add", "a", "del", "d"):
-        if not ifnames:
-            raise UsageError("interface add/del needs one or more interfaces")
-        cmd = "if_add" if action.startswith("a") else "if_del"
-        result = None
-        for ifname in ifnames:
-            result = client.request(cmd, {"ifname": ifname})
-        if args.json:
-            emit([dumps(result)])
+    action = INTERFACE_ACTIONS.get(words[0])
+    if action is None:
+        raise UsageError(f"unknown argument specified: {words[0]}")
+    rest = words[1:]
+    if action == "c":
+        try:
+            meshes.create(args.meshif, _create_params(rest), args.socket)
+        except meshes.MeshError as exc:
+            raise UsageError(f"failed to add create batman-adv interface: {exc}") from None
         return 0
-    if action in ("create", "c", "destroy", "D"):
-        raise UsageError(f"interface {action}: batmand creates {args.meshif} when it starts "
-                         f"(batmand -m {args.meshif} -i IFACE)")
-    raise UsageError(f"unknown argument specified: {action}")
+    if action == "D":
+        if rest:
+            raise UsageError(f"extra parameter after '{words[0]}'")
+        try:
+            meshes.destroy(args.meshif, args.socket)
+        except meshes.MeshError as exc:
+            raise UsageError(f"failed to destroy batman-adv interface: {exc}") from None
+        return 0
+    if not rest:
+        raise UsageError(f"missing interface name(s) after '{words[0]}'")
+    if not meshes.is_running(args.meshif, args.socket):
+        if action == "a" and not args.M:
+            try:
+                meshes.create(args.meshif, None, args.socket)
+            except meshes.MeshError as exc:
+                raise UsageError(f"failed to create batman-adv interface: {exc}") from None
+        else:
+            raise UsageError("failed to find batman-adv interface: No such device")
+    client = client_for(args)
+    before = len(client.request("interfaces") or [])
+    cmd, verb = ("if_add", "add") if action == "a" else ("if_del", "delete")
+    result = None
+    for ifname in rest:
+        try:
+            result = client.request(cmd, {"ifname": ifname})
+        except DaemonError as exc:
+            raise UsageError(f"failed to {verb} interface {ifname}: {exc}") from None
+    if args.json and result is not None:
+        emit([dumps(result)])
+    if action == "d" and not args.M and before > 0 and not (result if result is not None else [1]):
+        print(f"Warning: {args.meshif} has no interfaces and can be destroyed with: "
+              f"batctl meshif {args.meshif} interface destroy", file=sys.stderr)
+    return 0
 
 
 def run_statistics(args) -> int:
@@ -225,13 +271,34 @@ def run_dataplane(args) -> int:
     return _watch(args, render)
 
 
+def routing_algos(args) -> dict:
+    """batctl ra: each running mesh's algorithm, the one the next created mesh gets, all."""
+    if args.socket or os.environ.get(SOCKET_ENV):
+        meshifs = [args.meshif]
+    else:
+        meshifs = grammar.running_meshes()
+    active = {}
+    for meshif in meshifs:
+        try:
+            info = Client(socket_path(meshif, args.socket), meshif).request("mesh_info") or {}
+        except ControlError:
+            continue
+        active[meshif] = info.get("algo", "")
+    return {"active": active, "selected": meshes.selected_algorithm(), "available": meshes.available_algorithms()}
+
+
 def run_routing_algo(args) -> int:
     if args.algo:
-        raise UsageError("the routing algorithm is chosen when batmand starts (batmand --routing-algo NAME)")
-    client = client_for(args)
+        try:
+            meshes.select_algorithm(args.algo)
+        except meshes.MeshError as exc:
+            raise UsageError(str(exc)) from None
+        except OSError as exc:
+            raise UsageError(f"can't write {meshes.SELECTED_ALGO_FILE}: {exc.strerror}") from None
+        return 0
 
     def render():
-        ra = client.request("routing_algos") or {}
+        ra = routing_algos(args)
         return ([dumps(ra)] if args.json else tables.routing_algos_lines(ra)), 0
 
     return _watch(args, render)
@@ -628,7 +695,7 @@ def add_parsers(subparsers) -> None:
 
     p = subparsers.add_parser("interface", aliases=["if"], help="list hard interfaces; add/del IFACE...")
     _add_table_options(p)
-    p.add_argument("-M", action="store_true", help="accepted for batctl compatibility")
+    p.add_argument("-M", action="store_true", help="don't create the mesh interface on add (manual mode)")
     p.add_argument("words", nargs="*", metavar="add|del IFACE", help="add or del followed by interfaces")
     p.set_defaults(func=run_interface)
 

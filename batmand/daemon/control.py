@@ -380,6 +380,12 @@ class ControlServer:
             raise CommandError(str(exc)) from None
         return await self.cmd_interfaces(args, writer)
 
+    async def cmd_shutdown(self, args, writer):
+        """batmanctl interface destroy: stop as on SIGTERM (the mesh interface goes with us)."""
+        log.info("shutdown requested on the control socket")
+        asyncio.get_running_loop().call_soon(self.service.stop)
+        return None
+
     async def cmd_if_del(self, args, writer):
         try:
             self.service.wanted.discard(str(args.get("ifname")))

@@ -517,7 +517,7 @@ def test_interface_add_del_and_translate(daemon, capsys):
     assert run(capsys, "--socket", daemon.path, "if", "add", "eth1", "eth2") == (0, "", "")
     assert [r["args"] for r in daemon.requests if r["cmd"] == "if_add"] == [{"ifname": "eth1"}, {"ifname": "eth2"}]
     assert run(capsys, "--socket", daemon.path, "interface", "del", "eth9") == \
-        (1, "", "batmanctl: eth9: not in the mesh\n")
+        (1, "", "Error - failed to delete interface eth9: eth9: not in the mesh\n")
     clients = {"8a:11:22:33:44:66": "02:ba:de:af:fe:03"}
 
     def translate(args, send):  # batmand's answers: the originator, or an error

@@ -553,29 +553,6 @@ def run_mcast_flags(args) -> int:
     return _watch(args, render)
 
 
-def run_event(args) -> int:
-    """batctl event: stream the mesh's uevents (gateway add/change/del) until Ctrl-C."""
-    stream = client_for(args).stream("events")
-    start = last = None
-    try:
-        for event in stream:
-            if args.json:
-                emit([dumps(event)])
-                continue
-            prefix = ""
-            now = float(event.get("time") or time.time())
-            if args.timestamp:
-                prefix = "%.6f: " % now
-            elif args.relative:
-                start = start if start is not None else now
-                prefix = "%.6f: " % (now - (last if last is not None else now))
-                last = now
-            emit([tables.event_line(event, prefix)])
-    except KeyboardInterrupt:
-        stream.close()
-    return 0
-
-
 # ---------------------------------------------------------------------------------------
 # translate, ping, traceroute
 
@@ -733,12 +710,6 @@ def add_parsers(subparsers) -> None:
     p = subparsers.add_parser("mcast_flags", aliases=["mf"], help="multicast flags, ours and each originator's")
     _add_table_options(p)
     p.set_defaults(func=run_mcast_flags)
-
-    p = subparsers.add_parser("event", help="print the uevents (gateway add/change/del) as they happen")
-    p.add_argument("-t", dest="timestamp", action="store_true", help="print local timestamp")
-    p.add_argument("-r", dest="relative", action="store_true", help="print relative timestamp")
-    p.add_argument("--json", action="store_true", help="one JSON object per event")
-    p.set_defaults(func=run_event)
 
     for schema in HARDIF_SETTINGS.values():
         p = subparsers.add_parser(f"hardif:{schema.name}", help=f"hardif IFACE {schema.spec.batctl[0]}: {schema.spec.help}")

@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 
-from . import commands, grammar, tcpdump
+from . import commands, event, grammar, install_batctl, tcpdump
 from .client import Client, ControlError, SOCKET_ENV, socket_path
 from .commands import UsageError
 
@@ -27,6 +27,8 @@ def build_parser(prog: str = "batmanctl") -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=BatctlArgumentParser)
     commands.add_parsers(subparsers)
     tcpdump.add_parser(subparsers)
+    install_batctl.add_parser(subparsers)
+    event.add_parser(subparsers)
     for command in grammar.COMMANDS:  # a batctl command without an implementation says so
         if command.subcommand not in subparsers.choices:
             p = subparsers.add_parser(command.subcommand)

@@ -128,7 +128,11 @@ def destroy(meshif: str, socket: str | None = None) -> None:
         subprocess.run(["systemctl", "stop", UNIT.format(meshif)], check=False)
         _drop_in(meshif, None)
     else:
-        Client(socket_path(meshif, socket), meshif).request("shutdown")
+        try:
+            Client(socket_path(meshif, socket), meshif).request("shutdown")
+        except ControlError:
+            pass  # it went down before the answer: the wait below tells
+
     if not _wait(lambda: not is_running(meshif, socket), STOP_TIMEOUT):
         raise MeshError("Device or resource busy (batmand did not stop)")
 

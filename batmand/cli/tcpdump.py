@@ -15,6 +15,7 @@ from batmand.wire import (Bcast, InnerFrame, DatTvlv, Elp, GatewayTvlv, IcmpMsgT
                           TtTvlv, Unicast, Unicast4Addr, UnicastFrag, UnicastTvlv, UnknownTvlv, UnknownUnicast,
                           WireError, decode_frame, VLAN_HAS_TAG)
 from batmand.capture import CaptureFileError
+from batmand.wire.constants import COMPAT_VERSION
 from batmand.wire.frame import Frame
 
 from .inner import summarize_inner
@@ -240,6 +241,17 @@ def frames_from_interfaces(selector) -> Iterator[tuple[bytes, float, str | None]
         _close(selector)
 
 
+def other_compat_version(data: bytes) -> bool:
+    """td -c: a batman-adv frame (ethertype 0x4305, maybe VLAN tagged) whose version byte is
+    not our compat version (batctl's COMPAT_FILTER)."""
+    offset = 12
+    while data[offset:offset + 2] in (b"\x81\x00", b"\x88\xa8"):
+        offset += 4
+    if data[offset:offset + 2] != b"\x43\x05" or len(data) < offset + 4:
+        return False
+    return data[offset + 3] != COMPAT_VERSION
+
+
 def run(args) -> int:
     type_mask = 0xFFFF
     if args.p is not None:
@@ -260,6 +272,8 @@ def run(args) -> int:
     seen = 0
     try:
         for data, ts, ifname in source:
+            if args.compat and other_compat_version(data):
+                continue
             text = format_frame(data, ts, as_json=args.json, ifname=ifname, type_mask=type_mask)
             if text is None:
                 continue
@@ -288,5 +302,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("-p", type=int, metavar="MASK", help="only these packet types (batctl bit mask)")
     p.add_argument("-x", type=int, metavar="MASK", help="all but these packet types (batctl bit mask)")
     p.add_argument("--count", type=int, default=0, help="stop after this many printed frames")
+    p.add_argument("-c", dest="compat", action="store_true",
+                   help=f"compat filter: only packets of our compat version ({COMPAT_VERSION})")
     p.add_argument("-n", action="store_true", help="accepted for batctl compatibility (no name lookup is done)")
     p.set_defaults(func=run)

@@ -21,6 +21,8 @@ from batmand.wire.constants import TTL
 from . import options, protocol, tables
 from .links import sysfs_int
 
+SHUTDOWN_DELAY = 0.1  # seconds
+
 log = logging.getLogger("batmand.control")
 EVENT_POLL = 2.0  # seconds: how soon an event stream notices its client went away
 
@@ -270,6 +272,8 @@ class ControlServer:
             raise CommandError(str(exc)) from None
         self.service.mesh.set_hardif(iface.name, dataclasses.replace(iface.settings, **{setting: value}))
         log.info("%s: %s set to %s", iface.name, setting, value)
+        self.service.events.notify({"kind": "set_hardif", "hardif": iface.name,
+                                    "settings": dataclasses.asdict(self.service.mesh.iface(iface.name).settings)})
         return await self.cmd_hardif_get(args, writer)
 
     # --- settings ---------------------------------------------------------------------------
@@ -315,10 +319,18 @@ class ControlServer:
             raise CommandError(str(exc)) from None
         log.info("setting %s changed to %s", setting.name, value)
 
+    def _notify_mesh(self) -> None:
+        """As the kernel after every change (batadv_netlink_notify_mesh): all mesh settings
+        batmand implements, for `batmanctl event`."""
+        values = {s.name: options.value_of(self.service.options, s) for s in options.SETTINGS.values()
+                  if s.scope == "mesh" and s.implemented and s.live}
+        self.service.events.notify({"kind": "set_mesh", "algo": self.service.mesh.algo.name, "settings": values})
+
     async def cmd_set(self, args, writer):
         """A live mesh setting, checked against its range and the rules between keys."""
         setting, value = self._checked(args, self.service.options.mesh)
         self._store(setting, value)
+        self._notify_mesh()
         return await self.cmd_get({"setting": setting.name}, writer)
 
     async def cmd_set_many(self, args, writer):
@@ -334,6 +346,7 @@ class ControlServer:
             checked.append((setting, value))
         for setting, value in checked:
             self._store(setting, value)
+        self._notify_mesh()
         return {s.name: options.value_of(self.service.options, s) for s, _ in checked}
 
     # --- gateway mode and events ---------------------------------------------------------------
@@ -383,7 +396,7 @@ class ControlServer:
     async def cmd_shutdown(self, args, writer):
         """batmanctl interface destroy: stop as on SIGTERM (the mesh interface goes with us)."""
         log.info("shutdown requested on the control socket")
-        asyncio.get_running_loop().call_soon(self.service.stop)
+        asyncio.get_running_loop().call_later(SHUTDOWN_DELAY, self.service.stop)  # after the answer went out
         return None
 
     async def cmd_if_del(self, args, writer):

@@ -58,6 +58,15 @@ class Events:
             if self._hook_task is None or self._hook_task.done():
                 self._hook_task = asyncio.get_running_loop().create_task(self._run_hooks())
 
+    def notify(self, record: dict) -> None:
+        """A netlink-style notification (settings changed, a throughput meter's result) for
+        the `batmanctl event` streams only: the kernel sends these over generic netlink, not
+        as uevents, so hooks do not see them."""
+        record = {"meshif": self.meshif, "time": time.time(), **record}
+        for queue in self.listeners:
+            if not _put(queue, record):
+                self.lost += 1
+
     def listen(self) -> asyncio.Queue:
         queue: asyncio.Queue = asyncio.Queue(QUEUE_LIMIT)
         self.listeners.add(queue)

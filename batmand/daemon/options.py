@@ -21,6 +21,8 @@ from batmand.core.algorithm import ALGORITHMS
 from batmand.core.gateway import resolve_sel_class
 from batmand.core import mesh as _mesh  # noqa: F401 - registers the routing algorithms
 
+from batmand import __version__
+
 from .protocol import default_socket_path
 
 MAX_WORKERS = 64
@@ -199,6 +201,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--routing-algo", choices=MESH_SETTINGS["routing_algo"].allowed.values, help="routing algorithm")
     p.add_argument("--state-dir", metavar="DIR", help="where seqnos are kept across restarts")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any configuration key")
+    p.add_argument("--version", action="version", version=f"batmand {__version__} (batman-adv compat 15)")
     return p
 
 

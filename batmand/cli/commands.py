@@ -1,12 +1,12 @@
-"""The batmanctl commands that talk to the daemon, with batctl's names, options and output.
+"""The batmanctl commands that talk to the daemon, with batctl's names, options and output
+(grammar.py decides which one runs for which mesh).
 
-Debug tables: interface|if, originators|o, neighbors|n, translocal|tl, transglobal|tg,
-gateways|gwl, dat_cache|dc, statistics|s, dataplane|dp, routing_algo|ra (all with
--w [interval], -H, --json, -n).
-Settings: orig_interval|it, hop_penalty|hp, aggregation|ag, fragmentation|f,
-distributed_arp_table|dat, gw_mode|gw; batctl's ap_isolation|ap, bonding|b,
-multicast_mode|mm, bridge_loop_avoidance|bl and loglevel|ll say that batmand does not
-implement them yet. Tools: ping|p, traceroute|tr, translate|t, event."""
+Debug tables: originators|o (-t, -i), neighbors|n, translocal|tl, transglobal|tg (-u, -m),
+gateways|gwl, dat_cache|dc, claimtable|cl, backbonetable|bbt, mcast_flags|mf, statistics|s,
+dataplane|dp (all with -w [interval], -H, -n, --json). Settings: every batctl setting of the
+mesh, of a hard interface (hardif IFACE hp|et|to) and of a VLAN; the ones batmand lacks say
+so. Tools: interface|if (add, del, create, destroy), routing_algo|ra, ping|p,
+traceroute|tr, translate|t."""
 
 from __future__ import annotations
 
@@ -135,15 +135,16 @@ TABLES = (
 
 
 def render_table(table: Table, client: Client, args, names) -> tuple[list[str], int]:
+    request = {"outif": args.outif} if getattr(args, "outif", None) else None
     if args.json:
-        return [dumps(_filter_rows(table, client.request(table.cmd), args))], 0
+        return [dumps(_filter_rows(table, client.request(table.cmd, request), args))], 0
     info = None
     if not args.no_header or table.needs_algo:
         info = client.request("mesh_info") or {}
         if tables.is_disabled(info):
             # batctl: the info line says so and the kernel refuses the dump
             return ([] if args.no_header else [tables.info_line(info, args.meshif)]), 1
-    rows = _filter_rows(table, client.request(table.cmd), args)
+    rows = _filter_rows(table, client.request(table.cmd, request), args)
     lines = []
     if not args.no_header:
         extra = table.extra(info) if table.extra is not None else ""
@@ -665,6 +666,8 @@ def add_parsers(subparsers) -> None:
         if table.max_age:
             p.add_argument("-t", dest="max_age", type=_nonnegative_float, metavar="SECS",
                            help="don't print originators not seen for SECS seconds")
+            p.add_argument("-i", dest="outif", metavar="IFACE",
+                           help="the originator table for this outgoing interface")
         if table.tt_filters:
             p.add_argument("-u", dest="unicast_only", action="store_true", help="unicast MAC addresses only")
             p.add_argument("-m", dest="multicast_only", action="store_true", help="multicast MAC addresses only")

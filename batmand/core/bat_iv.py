@@ -131,8 +131,8 @@ class BatmanIV:
         return _tq(neigh.ifinfo_get(outif))
 
     @staticmethod
-    def originator_metric(neigh: NeighNode) -> int:
-        return _tq(neigh.ifinfo_get(None))
+    def originator_metric(neigh: NeighNode, outif=None) -> int:
+        return _tq(neigh.ifinfo_get(outif))
 
     @staticmethod
     def neighbour_metric(hardif_neigh) -> None:

@@ -160,8 +160,8 @@ class BatmanV:
         return _throughput(neigh.ifinfo_get(outif))
 
     @staticmethod
-    def originator_metric(neigh: NeighNode) -> int:
-        return _throughput(neigh.ifinfo_get(None)) * 100  # kbit/s, as the kernel reports it
+    def originator_metric(neigh: NeighNode, outif=None) -> int:
+        return _throughput(neigh.ifinfo_get(outif)) * 100  # kbit/s, as the kernel reports it
 
     @staticmethod
     def neighbour_metric(hardif_neigh: HardifNeigh) -> int:

@@ -256,17 +256,18 @@ class Mesh:
             return self.primary.mac
         return None
 
-    def originator_rows(self, now: float) -> list[dict]:
-        """batctl o: one row per originator and neighbour (batctl's JSON keys)."""
+    def originator_rows(self, now: float, outif=None) -> list[dict]:
+        """batctl o: one row per originator and neighbour (batctl's JSON keys); with `outif`
+        (batctl o -i IFACE) the routes for what goes out on that interface."""
         rows = []
         for orig_node in self.originators.nodes.values():
-            best = orig_node.router()
+            best = orig_node.router(outif)
             for neigh in orig_node.neighbours.values():
-                if neigh.ifinfo_get(None) is None:
+                if neigh.ifinfo_get(outif) is None:
                     continue
                 rows.append({"orig_address": str(orig_node.orig), "neigh_address": str(neigh.addr),
                              "hard_ifname": neigh.if_incoming.name, "last_seen_msecs": _msecs(now, orig_node.last_seen),
-                             self.algo.metric_key: self.algo.originator_metric(neigh), "best": neigh is best})
+                             self.algo.metric_key: self.algo.originator_metric(neigh, outif), "best": neigh is best})
         return rows
 
     def neighbour_rows(self, now: float) -> list[dict]:

@@ -208,7 +208,12 @@ class ControlServer:
         return tables.interfaces(self.service.mesh, self.service.ifindex)
 
     async def cmd_originators(self, args, writer):
-        return tables.originators(self.service.mesh, self.service.now(), self.service.ifindex)
+        outif = None
+        if args.get("outif") is not None:  # batctl o -i IFACE
+            outif = self.service.mesh.iface(str(args["outif"]))
+            if outif is None:
+                raise CommandError(f"interface {args['outif']} is not part of {self.service.options.meshif}")
+        return tables.originators(self.service.mesh, self.service.now(), self.service.ifindex, outif)
 
     async def cmd_neighbors(self, args, writer):
         return tables.neighbors(self.service.mesh, self.service.now(), self.service.ifindex)

@@ -24,8 +24,8 @@ def interfaces(mesh: Mesh, ifindex: dict) -> list[dict]:
     return _with_ifindex(mesh.interface_rows(), ifindex)
 
 
-def originators(mesh: Mesh, now: float, ifindex: dict) -> list[dict]:
-    return _with_ifindex(mesh.originator_rows(now), ifindex)
+def originators(mesh: Mesh, now: float, ifindex: dict, outif=None) -> list[dict]:
+    return _with_ifindex(mesh.originator_rows(now, outif), ifindex)
 
 
 def neighbors(mesh: Mesh, now: float, ifindex: dict) -> list[dict]:

@@ -106,6 +106,9 @@ def test_gluon_style_script_through_the_batctl_name(batctl, pair):
 
     o = run(batctl, client, "o -H -n").stdout.splitlines()
     assert any(re.fullmatch(rf" \* {gw_orig}\s+\d+\.\d{{3}}s\s+\(\s*\d+\) {gw_orig} \[\s+mesh0\]", line) for line in o), o
+    per_iface = run(batctl, client, "o -i mesh0 -H -n").stdout.splitlines()  # one interface: the same routes
+    assert [line.split()[1::3] for line in per_iface] == [line.split()[1::3] for line in o], (per_iface, o)
+    assert run(batctl, client, "o -i lo", check=False).stderr.startswith("batctl: interface lo is not part of bat0")
     n = run(batctl, client, "meshif bat0 n -H -n").stdout.splitlines()
     assert any(re.fullmatch(rf"\s*mesh0\s+{gw_orig}\s+\d+\.\d{{3}}s", line) for line in n), n
     gwl = run(batctl, client, "gwl -H -n").stdout.splitlines()

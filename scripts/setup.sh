@@ -27,8 +27,11 @@ fi
 # Reinstall only when pyproject.toml changed since the last successful install.
 stamp=.venv/.batmand-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    echo "setup: installing batmand and its Python dependencies into .venv"
     .venv/bin/pip install -q --upgrade pip
-    .venv/bin/pip install -q -e '.[test]'
+    # setuptools reminds every editable install that a same-named folder takes precedence:
+    # that is the point of one, so the reminder is left out (other warnings still show)
+    PYTHONWARNINGS="ignore:Editable installation" .venv/bin/pip install -q -e '.[test]'
     touch "$stamp"
 fi
 

@@ -10,7 +10,7 @@ import os
 import sys
 
 from . import commands, event, grammar, install_batctl, tcpdump
-from .client import Client, ControlError, SOCKET_ENV, socket_path
+from .client import SOCKET_ENV, Client, ControlError, NoDaemon, socket_path
 from .commands import UsageError
 
 
@@ -88,6 +88,13 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     except UsageError as exc:
         sys.stdout.flush()
         print(f"Error - {exc}", file=sys.stderr)
+        return 1
+    except NoDaemon as exc:
+        sys.stdout.flush()
+        if prog == "batctl":  # what batctl says when the mesh interface is missing
+            print(f"Error - interface {args.meshif} is not present or not a batman-adv interface", file=sys.stderr)
+        else:
+            print(f"{prog}: {exc}", file=sys.stderr)
         return 1
     except ControlError as exc:
         sys.stdout.flush()

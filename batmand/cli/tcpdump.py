@@ -4,6 +4,7 @@ one line per packet in batctl td's style, or one JSON object per frame with --js
 from __future__ import annotations
 
 import json
+import re
 import selectors
 import socket
 import sys
@@ -16,6 +17,8 @@ from batmand.wire import (Bcast, InnerFrame, DatTvlv, Elp, GatewayTvlv, IcmpMsgT
                           WireError, decode_frame, VLAN_HAS_TAG)
 from batmand.capture import CaptureFileError
 from batmand.wire.constants import COMPAT_VERSION
+
+from .hosts import load_bat_hosts
 from batmand.wire.frame import Frame
 
 from .inner import summarize_inner
@@ -252,6 +255,18 @@ def other_compat_version(data: bytes) -> bool:
     return data[offset + 3] != COMPAT_VERSION
 
 
+MAC_TEXT = re.compile(r"(?<![0-9a-f])(?<![0-9a-f]:)[0-9a-f]{2}(?::[0-9a-f]{2}){5}(?![0-9a-f]|:[0-9a-f])")
+
+
+def with_names(text: str, names: dict[str, str]) -> str:
+    """batctl td's bat-hosts names for the addresses it prints (all but a roaming client's,
+    which batctl prints as it is)."""
+    if not names:
+        return text
+    return "\n".join(line if "TVLV ROAMv1" in line else MAC_TEXT.sub(lambda m: names.get(m.group(0), m.group(0)), line)
+                     for line in text.split("\n"))
+
+
 def run(args) -> int:
     type_mask = 0xFFFF
     if args.p is not None:
@@ -269,6 +284,7 @@ def run(args) -> int:
         except OSError as exc:
             print(f"batmanctl td: cannot capture: {exc}", file=sys.stderr)
             return 1
+    names = {} if args.n or args.json else load_bat_hosts()
     seen = 0
     try:
         for data, ts, ifname in source:
@@ -277,7 +293,7 @@ def run(args) -> int:
             text = format_frame(data, ts, as_json=args.json, ifname=ifname, type_mask=type_mask)
             if text is None:
                 continue
-            print(text, flush=True)
+            print(with_names(text, names), flush=True)
             seen += 1
             if args.count and seen >= args.count:
                 break
@@ -304,5 +320,5 @@ def add_parser(subparsers) -> None:
     p.add_argument("--count", type=int, default=0, help="stop after this many printed frames")
     p.add_argument("-c", dest="compat", action="store_true",
                    help=f"compat filter: only packets of our compat version ({COMPAT_VERSION})")
-    p.add_argument("-n", action="store_true", help="accepted for batctl compatibility (no name lookup is done)")
+    p.add_argument("-n", action="store_true", help="don't replace MAC addresses with bat-hosts names")
     p.set_defaults(func=run)

@@ -160,3 +160,23 @@ def test_capture_file_cut_in_the_middle_of_a_record(tmp_path):
     result = batmanctl("td", "-r", str(path))
     assert "ELP via iface" in result.stdout  # the complete first frame is still shown
     assert "Traceback" not in result.stderr
+
+
+def test_bat_hosts_names_unless_n(tmp_path):
+    """As batctl td: addresses in bat-hosts print as names (cwd's bat-hosts is one of the
+    files batctl reads), -n prints the addresses."""
+    (tmp_path / "bat-hosts").write_text("02:00:00:00:01:01 node-one\n02:00:00:00:03:01 node-three\n")
+    path = str(PCAP_DIR / "batman_iv-3node-line-batctl-ping-traceroute.pcapng")
+    named = batmanctl("td", "-r", path, cwd=tmp_path).stdout
+    assert "BAT node-one > node-three: ICMP echo request, id " in named and "02:00:00:00:01:01" not in named
+    assert "02:00:00:00:02:01" in named  # not in the file: the address
+    plain = batmanctl("td", "-n", "-r", path, cwd=tmp_path).stdout
+    assert "BAT 02:00:00:00:01:01 > 02:00:00:00:03:01: ICMP echo request" in plain and "node-one" not in plain
+
+
+def test_roaming_clients_keep_their_address():
+    from batmand.cli.tcpdump import with_names
+
+    names = {"02:00:00:00:01:01": "one"}
+    text = "BAT 02:00:00:00:01:01: OGM\n\tTVLV ROAMv1: client 02:00:00:00:01:01, VLAN ID -1"
+    assert with_names(text, names) == "BAT one: OGM\n\tTVLV ROAMv1: client 02:00:00:00:01:01, VLAN ID -1"

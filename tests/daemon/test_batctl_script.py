@@ -138,6 +138,32 @@ def test_gluon_style_script_through_the_batctl_name(batctl, pair):
     hj = json.loads(run(batctl, gw, "hardif mesh0 hj").stdout)
     assert hj["hard_ifname"] == "mesh0" and hj["hop_penalty"] == 15
 
+    # batctl event: a setting changed, as the kernel notifies it
+    events = subprocess.Popen(["ip", "netns", "exec", gw, batctl, "event", "-t"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)  # it is listening
+        run(batctl, gw, "it 600")
+        run(batctl, gw, "hardif mesh0 hp 16")
+        first = [events.stdout.readline() for _ in range(13)]
+        hardif = [events.stdout.readline() for _ in range(4)]
+    finally:
+        events.send_signal(signal.SIGINT)
+        events.communicate(timeout=10)
+    assert re.fullmatch(r"\d+\.\d{6}: bat0: set mesh:\n", first[0]), first
+    assert "* orig_interval 600 ms\n" in first and "* gw_mode server\n" in first, first
+    assert re.fullmatch(r"\d+\.\d{6}: bat0 \(mesh0\): set hardif:\n", hardif[0]) and hardif[1] == "* hop_penalty 16\n"
+
+    # the VLAN selectors find the VLAN of a real 802.1Q device on bat0
+    ip("link", "add", "link", "bat0", "name", "bat0.10", "type", "vlan", "id", "10", netns=gw)
+    for line in ("vlan bat0.10 ap", "bat0.10 ap", "meshif bat0 vid 10 ap"):
+        refused = run(batctl, gw, line, check=False)
+        assert (refused.returncode, refused.stderr.split(":")[0]) == (1, "Error - ap_isolation"), (line, refused)
+    vj = json.loads(run(batctl, gw, "vlan bat0.10 vj").stdout)
+    assert vj["vlanid"] == 10 and vj["mesh_ifname"] == "bat0", vj
+    wrong_scope = run(batctl, gw, "vlan bat0.10 o", check=False)
+    assert wrong_scope.stderr.startswith("Error - no valid command or debug table/JSON specified: o")
+
     # batctl's refusals and errors, with its exit status
     wrong = run(batctl, gw, "meshif bat0 event", check=False)
     assert wrong.returncode == 1 and wrong.stderr.startswith(

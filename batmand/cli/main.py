@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from . import commands, tcpdump
+from . import commands, tcpdump, throughputmeter
 from .client import ControlError
 
 
@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.add_parsers(subparsers)
     tcpdump.add_parser(subparsers)
+    throughputmeter.add_parser(subparsers)
     return parser
 
 

@@ -23,6 +23,7 @@ from enum import IntEnum
 from batmand.wire import IcmpMsgType, IcmpTpPacket, Mac
 from batmand.wire.constants import COMPAT_VERSION, TTL, PacketType, TpSubtype
 
+from .config import Range
 from .events import TpResult
 
 U32 = 0xFFFFFFFF
@@ -37,7 +38,7 @@ RECV_TIMEOUT = 1.0  # s: a receiver session without MSGs for this long is forgot
 MAX_UNACKED = 100  # out-of-order ranges a receiver keeps (kernel HEAD)
 MAX_SESSIONS = 5  # BATADV_TP_MAX_NUM: senders and receivers together
 DEF_TEST_LENGTH = 10000  # ms, for a requested length of 0
-TEST_LENGTH_MAX = U32  # the netlink attribute is a u32 of ms
+TEST_LENGTH = Range(0, U32, "ms")  # the netlink attribute is a u32 of ms; 0: DEF_TEST_LENGTH
 BURST = 64  # MSGs per call; the rest of an open window goes out at the next tick (keeps the loop responsive)
 RETRY = 0.01  # s: after a send that failed (no route), when to try again (the kernel's thread retries at once)
 
@@ -299,8 +300,8 @@ class TpMeter:
         """batadv_tp_start: a test toward `dst`; the cookie it reports under. An error
         (unreachable, already ongoing, too many) is reported as a TpResult at once."""
         mesh = self.mesh
-        if not 0 <= test_length_ms <= TEST_LENGTH_MAX:
-            raise ValueError(f"test length {test_length_ms} ms is out of range (0..{TEST_LENGTH_MAX})")
+        if not TEST_LENGTH.lo <= test_length_ms <= TEST_LENGTH.hi:
+            raise ValueError(f"test length {test_length_ms} ms is out of range ({TEST_LENGTH.describe()})")
         dst = Mac(dst)
         session, uid = bytes(mesh.rng.getrandbits(8) for _ in range(2)), mesh.rng.getrandbits(8)
         sender = TpSender(dst, session, uid, test_length_ms, now)

@@ -40,3 +40,13 @@ def test_usage_and_bad_arguments(capsys):
     assert cli_main.main(["tp", "-n", "not-a-host"]) == 1
     assert capsys.readouterr().out == \
         "Error - the tp meter destination is not a mac address or bat-host name: not-a-host\n"
+
+
+def test_destination_by_bat_hosts_name_or_mac(tmp_path, monkeypatch):
+    from batmand.cli.throughputmeter import _destination
+
+    (tmp_path / "bat-hosts").write_text("02:00:00:00:00:2a node42\n")
+    monkeypatch.chdir(tmp_path)  # batctl also reads ./bat-hosts
+    assert _destination("node42") == "02:00:00:00:00:2a"
+    assert _destination("2:0:0:0:0:1") == "02:00:00:00:00:01"  # ether_aton's short groups
+    assert _destination("node43") is None

@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 
-from . import commands, event, grammar, install_batctl, tcpdump
+from . import commands, event, grammar, install_batctl, tcpdump, throughputmeter
 from .client import SOCKET_ENV, Client, ControlError, NoDaemon, socket_path
 from .commands import UsageError
 
@@ -27,6 +27,7 @@ def build_parser(prog: str = "batmanctl") -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=BatctlArgumentParser)
     commands.add_parsers(subparsers)
     tcpdump.add_parser(subparsers)
+    throughputmeter.add_parser(subparsers)
     install_batctl.add_parser(subparsers)
     event.add_parser(subparsers)
     for command in grammar.COMMANDS:  # a batctl command without an implementation says so

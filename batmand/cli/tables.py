@@ -331,7 +331,12 @@ def gw_mode_line(state: Mapping) -> str:
 
 
 def event_line(event: Mapping, prefix: str = "") -> str:
-    """One uevent of `batmanctl event`: bat0: uevent gw add 02:..."""
+    """One event of `batmanctl event`: a uevent (bat0: uevent gw add 02:...) or, as batctl
+    event prints the kernel's tpmeter notifications, a tp result (tp_meter 0x0012abcd: complete)."""
+    if event.get("type") == "tp_meter":
+        from .throughputmeter import event_text
+
+        return f"{prefix}tp_meter 0x{int(event.get('cookie') or 0):08x}: {event_text(int(event.get('result') or 0))}"
     data = f" {event['data']}" if event.get("data") else ""
     return f"{prefix}{event.get('meshif')}: uevent {event.get('type')} {event.get('action')}{data}"
 

@@ -71,3 +71,16 @@ class Uevent:
     type: str  # "gw"
     action: str  # "add", "change", "del"
     data: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TpResult:
+    """The end of one of our throughput-meter tests, as the kernel reports it to batctl:
+    `result` is COMPLETE (3) with the test time and the acknowledged bytes (also for a
+    cancelled test), or an error reason (128..133) with both 0."""
+
+    cookie: int  # uid << 16 | session[0] << 8 | session[1]
+    dst: Mac
+    result: int  # tp_meter.TpReason
+    test_time_ms: int
+    total_bytes: int

@@ -1,11 +1,12 @@
 """batman-adv ICMP (routing.c batadv_recv_icmp_packet): echo replies, TTL exceeded for
-traceroute, record route, and our own pings and traceroute probes."""
+traceroute, record route, and our own pings and traceroute probes. ICMP addressed to us
+goes to the handler registered for its msg_type (the throughput meter registers BATADV_TP)."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from batmand.wire import IcmpMsgType, IcmpPacket, IcmpRRPacket, IcmpTpPacket, Mac
+from batmand.wire import IcmpMsgType, IcmpPacket, IcmpRRPacket, Mac
 from batmand.wire.constants import RR_LEN, TTL
 
 from .events import IcmpResult
@@ -16,6 +17,14 @@ class Icmp:
     def __init__(self, mesh) -> None:
         self.mesh = mesh
         self._replies = RateLimit(1.0)  # icmp_replies_per_second
+        self._handlers: dict[int, object] = {}  # msg_type -> handler(now, packet, padding), for ICMP to us
+        self.register(IcmpMsgType.ECHO_REQUEST, self._echo_request)
+        for msg_type in (IcmpMsgType.ECHO_REPLY, IcmpMsgType.DESTINATION_UNREACHABLE, IcmpMsgType.TTL_EXCEEDED):
+            self.register(msg_type, self._answered)
+
+    def register(self, msg_type: int, handler) -> None:
+        """A feature's handler for ICMP of this msg_type addressed to us."""
+        self._handlers[msg_type] = handler
 
     def _may_reply(self, now: float) -> bool:
         if not self._replies.allow(now, self.mesh.config.icmp_replies_per_second):
@@ -73,14 +82,19 @@ class Icmp:
         mesh.routing.send_to_orig(now, packet.encode() + padding, orig_node, None)
 
     def _for_me(self, now: float, packet, padding: bytes) -> None:
-        msg = packet.msg_type
-        if msg == IcmpMsgType.ECHO_REQUEST:
-            self._answer(now, packet, padding, IcmpMsgType.ECHO_REPLY)
-        elif msg in (IcmpMsgType.ECHO_REPLY, IcmpMsgType.DESTINATION_UNREACHABLE, IcmpMsgType.TTL_EXCEEDED):
-            rr = tuple(packet.rr[: packet.rr_cur]) if isinstance(packet, IcmpRRPacket) else ()
-            self.mesh.emit(IcmpResult(msg, packet.orig, packet.seqno, packet.uid, packet.ttl, now, rr))
-        elif isinstance(packet, IcmpTpPacket):
-            self.mesh.counters.drop("icmp_tp_unsupported")
+        handler = self._handlers.get(packet.msg_type)
+        if handler is None:
+            self.mesh.counters.drop("icmp_unknown_msg_type")
+            return
+        handler(now, packet, padding)
+
+    def _echo_request(self, now: float, packet, padding: bytes) -> None:
+        self._answer(now, packet, padding, IcmpMsgType.ECHO_REPLY)
+
+    def _answered(self, now: float, packet, padding: bytes) -> None:
+        """An answer to one of our pings or traceroute probes."""
+        rr = tuple(packet.rr[: packet.rr_cur]) if isinstance(packet, IcmpRRPacket) else ()
+        self.mesh.emit(IcmpResult(packet.msg_type, packet.orig, packet.seqno, packet.uid, packet.ttl, now, rr))
 
     def _ttl_exceeded(self, now: float, packet, padding: bytes) -> None:
         if packet.msg_type != IcmpMsgType.ECHO_REQUEST:

@@ -33,6 +33,7 @@ from .originator import OriginatorTable, OrigNode
 from .publish import Publisher
 from .routes import Routes
 from .routing import Routing, inner_vid
+from .tp_meter import TpMeter
 from .translation_table import TranslationTable
 from .tvlv import TvlvRegistry
 
@@ -77,6 +78,7 @@ class Mesh:
         self.broadcast = Broadcast(self)
         self.routing = Routing(self)
         self.icmp = Icmp(self)
+        self.tp = TpMeter(self)
         self.gateway = Gateway(self)
         self.multicast = Multicast(self)  # its container before DAT's, the kernel's order
         self.bla = Bla(self, now)
@@ -402,6 +404,7 @@ class Mesh:
     def tick(self, now: float) -> list:
         self.algo.tick(now)
         self.broadcast.tick(now)
+        self.tp.tick(now)
         if now >= self._next_purge:
             self._next_purge = now + self.config.orig_work_period_ms / 1000.0
             self.routes.purge(now)
@@ -411,11 +414,23 @@ class Mesh:
         return self._take()
 
     def next_deadline(self) -> float:
-        return min(self.algo.next_deadline(), self.broadcast.next_deadline(), self._next_purge, self._next_tt_purge)
+        return min(self.algo.next_deadline(), self.broadcast.next_deadline(), self.tp.next_deadline(),
+                   self._next_purge, self._next_tt_purge)
 
     def ping(self, now: float, dst: Mac, *, seqno: int, uid: int = 0, ttl: int = TTL,
              record_route: bool = False) -> list:
         self.icmp.send_echo(now, Mac(dst), seqno=seqno, uid=uid, ttl=ttl, record_route=record_route)
+        return self._take()
+
+    def tp_start(self, now: float, dst: Mac, test_length_ms: int = 0) -> tuple[int, list]:
+        """batctl tp: a throughput test toward `dst` (0 ms: the kernel's 10 s); its cookie,
+        and the actions. The test ends with a TpResult action carrying that cookie."""
+        cookie = self.tp.start(now, Mac(dst), test_length_ms)
+        return cookie, self._take()
+
+    def tp_cancel(self, now: float, dst: Mac) -> list:
+        """Stop the test toward `dst`; it reports what it measured so far."""
+        self.tp.cancel(now, Mac(dst))
         return self._take()
 
     # --- helpers for the algorithm and the other parts --------------------------------------------

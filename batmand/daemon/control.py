@@ -12,7 +12,7 @@ import pwd
 import socket
 import struct
 
-from batmand.core import ping
+from batmand.core import ping, tp_meter
 from batmand.core.config import FLAG, HARDIF_SETTINGS, SettingError, check_rules
 from batmand.core.ping import PingSession, TracerouteSession
 from batmand.wire import Mac
@@ -25,6 +25,7 @@ SHUTDOWN_DELAY = 0.1  # seconds
 
 log = logging.getLogger("batmand.control")
 EVENT_POLL = 2.0  # seconds: how soon an event stream notices its client went away
+TP_PROGRESS = 0.5  # seconds between a tp stream's progress events (a client that went away cancels its test)
 
 
 class CommandError(Exception):
@@ -483,3 +484,40 @@ class ControlServer:
         await self._run_session(session, writer, probe, event)
         reached = any(r.kind == "reply" for hop in session.hops for r in hop)
         return {"hops": len(session.hops), "reached": reached}
+
+    # --- throughput meter ------------------------------------------------------------------------
+
+    async def cmd_tp(self, args, writer):
+        """batctl tp: a test toward `dst` for `test_time` ms (0: 10 s). Streams a start event
+        with the cookie and progress events, then answers the result as the kernel reports
+        it (result 3 = complete, with test_time_ms and total_bytes; else an error reason). A
+        client that goes away cancels its test."""
+        dst = _mac(args.get("dst"))
+        length = _arg(args, "test_time", tp_meter.TEST_LENGTH, 0)
+        cookie, waiter = self.service.tp_start(dst, length)
+        try:
+            writer.write(protocol.encode({"event": {"type": "started", "cookie": cookie}}))
+            await writer.drain()
+            while not waiter.done():
+                await asyncio.wait([waiter], timeout=TP_PROGRESS)
+                if waiter.done() or writer.is_closing():
+                    break
+                sender = self.service.mesh.tp.senders.get(dst)
+                acked = sender.tot_sent if sender is not None and sender.cookie == cookie else None
+                writer.write(protocol.encode({"event": {"type": "progress", "cookie": cookie, "acked_bytes": acked}}))
+                await writer.drain()
+        finally:
+            if not waiter.done():  # the client went away (or the daemon stops): the test is ours to end
+                self.service.tp_cancel(dst)
+        if not waiter.done():
+            raise ConnectionResetError("the tp client went away")
+        result = waiter.result()
+        return {"cookie": result.cookie, "dst": str(result.dst), "result": result.result,
+                "test_time_ms": result.test_time_ms, "total_bytes": result.total_bytes}
+
+    async def cmd_tp_cancel(self, args, writer):
+        """batctl's Ctrl-C: end the test toward `dst`; its stream then reports what it measured."""
+        dst = _mac(args.get("dst"))
+        running = dst in self.service.mesh.tp.senders
+        self.service.tp_cancel(dst)
+        return {"cancelled": running}

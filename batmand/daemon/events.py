@@ -1,7 +1,9 @@
-"""The mesh interface's uevents (the kernel's batadv_throw_uevent): each goes to the
+"""The mesh interface's uevents (the kernel's batadv_throw_uevent) and the results of our
+throughput-meter tests (the kernel's `tpmeter` netlink notifications): each goes to the
 `batmanctl event` streams listening on the control socket and, when `event_hook` is set,
 to that command, run with the environment a hotplug script gets from the kernel's uevent
-(BATTYPE, BATACTION, BATDATA unless the action is del, plus INTERFACE and ACTION=change).
+(BATTYPE, BATACTION, BATDATA unless the action is del, plus INTERFACE and ACTION=change);
+tp results are no uevents and run no hook.
 
 Hooks run one at a time, in order; a slow or hanging hook is killed after HOOK_TIMEOUT
 and never holds up the daemon. Events wait in bounded queues: a listener or a hook that
@@ -14,7 +16,7 @@ import logging
 import os
 import time
 
-from batmand.core.events import Uevent
+from batmand.core.events import TpResult, Uevent
 
 log = logging.getLogger("batmand")
 
@@ -66,6 +68,13 @@ class Events:
         for queue in self.listeners:
             if not _put(queue, record):
                 self.lost += 1
+
+    def publish_tp(self, result: TpResult) -> None:
+        """A test of ours ended: to the listeners (batctl event prints tp_meter COOKIE: ...)."""
+        log.info("%s: tp_meter 0x%08x to %s: result %d, %d ms, %d bytes", self.meshif, result.cookie, result.dst,
+                 result.result, result.test_time_ms, result.total_bytes)
+        self.notify({"type": "tp_meter", "cookie": result.cookie, "result": result.result,
+                     "test_time_ms": result.test_time_ms, "total_bytes": result.total_bytes, "dst": str(result.dst)})
 
     def listen(self) -> asyncio.Queue:
         queue: asyncio.Queue = asyncio.Queue(QUEUE_LIMIT)

@@ -18,7 +18,7 @@ import socket
 import time
 
 from batmand.core.config import HardifConfig
-from batmand.core.events import Deliver, ForwardingUpdate, IcmpResult, Transmit, Uevent
+from batmand.core.events import Deliver, ForwardingUpdate, IcmpResult, TpResult, Transmit, Uevent
 from batmand.core.mesh import Mesh
 from batmand.wire import Mac
 
@@ -61,6 +61,7 @@ class Service:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = float("inf")
         self._icmp: dict[int, tuple[object, asyncio.Event]] = {}
+        self._tp: dict[int, list[asyncio.Future]] = {}  # cookie -> who waits for that test's TpResult
         self._uid = random.randrange(256)
         self._stopped: asyncio.Event | None = None
         self._locks: list = []  # held for the daemon's life: the abstract name, a file lock
@@ -537,6 +538,11 @@ class Service:
                 self.dataplane.apply(action)
             elif isinstance(action, Uevent):
                 self.events.publish(action)
+            elif isinstance(action, TpResult):
+                self.events.publish_tp(action)
+                for waiter in self._tp.pop(action.cookie, ()):
+                    if not waiter.done():
+                        waiter.set_result(action)
             elif isinstance(action, IcmpResult):
                 entry = self._icmp.get(action.uid)
                 if entry is not None:
@@ -588,3 +594,18 @@ class Service:
 
     def ping(self, dst: Mac, *, seqno: int, uid: int, ttl: int, record_route: bool) -> None:
         self._apply(self.mesh.ping(self.now(), dst, seqno=seqno, uid=uid, ttl=ttl, record_route=record_route))
+
+    # --- throughput meter (batctl tp) ----------------------------------------------------------------
+
+    def tp_start(self, dst: Mac, test_length_ms: int) -> tuple[int, asyncio.Future]:
+        """A test toward `dst`: its cookie and a future for its TpResult (waited for before
+        the start's actions run: an error is reported at once). The core sends the MSGs as
+        ACKs open the window and at its timer ticks, all on this loop."""
+        cookie, actions = self.mesh.tp_start(self.now(), dst, test_length_ms)
+        waiter = self.loop.create_future()
+        self._tp.setdefault(cookie, []).append(waiter)
+        self._apply(actions)
+        return cookie, waiter
+
+    def tp_cancel(self, dst: Mac) -> None:
+        self._apply(self.mesh.tp_cancel(self.now(), dst))

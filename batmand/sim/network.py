@@ -2,7 +2,9 @@
 
 Links are broadcast segments joining (node, interface) endpoints; every frame a node
 transmits reaches the other endpoints of its segment, each copy dropped with that
-direction's loss probability. Everything random comes from one seeded generator, so a
+direction's loss probability. A segment may also have a rate (each sender's frames wait
+their turn behind a bounded queue, tail-dropped when it is full) and a per-frame extra
+delay (to reorder frames). Everything random comes from one seeded generator, so a
 run is reproducible; minutes of mesh time run in seconds."""
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from batmand.core.config import MeshConfig
-from batmand.core.events import Deliver, ForwardingUpdate, IcmpResult, Transmit, Uevent
+from batmand.core.events import Deliver, ForwardingUpdate, IcmpResult, TpResult, Transmit, Uevent
 from batmand.core.forwarding import ForwardingTable
 from batmand.core.mesh import Mesh
 from batmand.wire import Mac
@@ -32,6 +34,7 @@ class SimNode:
     delivered: list[tuple[float, bytes]] = field(default_factory=list)
     icmp: list[IcmpResult] = field(default_factory=list)
     uevents: list[tuple[float, Uevent]] = field(default_factory=list)
+    tp: list[tuple[float, TpResult]] = field(default_factory=list)
     transmitted: int = 0
     timer_at: float = float("inf")
     up: bool = True
@@ -63,6 +66,11 @@ class Segment:
     up: bool = True
     # deterministic loss for worked examples: drop(from name, to name, frame) -> True drops it
     drop: Callable[[str, str, bytes], bool] | None = None
+    rate: float = 0.0  # bytes per second each sender may put on it (0: no limit)
+    queue: float = 0.05  # seconds of frames a sender's queue holds before it drops
+    # extra latency of one copy: delay(from name, to name, frame) -> seconds (reordering)
+    delay: Callable[[str, str, bytes], float] | None = None
+    busy: dict = field(default_factory=dict)  # sender name -> when its queue is empty
 
 
 class Network:
@@ -157,6 +165,8 @@ class Network:
                 node.icmp.append(action)
             elif isinstance(action, Uevent):
                 node.uevents.append((self.now, action))
+            elif isinstance(action, TpResult):
+                node.tp.append((self.now, action))
         deadline = node.mesh.next_deadline()
         if deadline < node.timer_at:
             node.timer_at = deadline
@@ -169,6 +179,13 @@ class Network:
         for segment in self.segments:
             if not segment.up or (node, action.iface) not in segment.endpoints:
                 continue
+            at = self.now + LATENCY
+            if segment.rate:
+                start = max(self.now, segment.busy.get(node.name, 0.0))
+                if start - self.now > segment.queue:
+                    continue  # the queue is full: tail drop
+                segment.busy[node.name] = start + len(action.frame) / segment.rate
+                at = segment.busy[node.name] + LATENCY
             for peer, ifname in segment.endpoints:
                 if peer is node or not peer.up:
                     continue
@@ -179,7 +196,8 @@ class Network:
                 loss = segment.loss.get((node.name, peer.name), 0.0)
                 if loss and self.rng.random() < loss:
                     continue
-                self._push(self.now + LATENCY, "rx", peer, ifname, action.frame)
+                extra = segment.delay(node.name, peer.name, action.frame) if segment.delay else 0.0
+                self._push(at + extra, "rx", peer, ifname, action.frame)
 
     def run_until(self, until: float) -> None:
         while self._queue and self._queue[0][0] <= until:

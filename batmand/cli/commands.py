@@ -21,7 +21,7 @@ from batmand.core import ping
 from batmand.core.config import HARDIF_SETTINGS
 from batmand.daemon import options
 
-from . import tables
+from . import json_verbs, tables
 from .client import Client, ControlError, DaemonError, socket_path
 from .hosts import is_valid_unicast, load_bat_hosts, resolve_destination
 
@@ -55,8 +55,9 @@ def dumps(value) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def _names(args) -> dict[str, str]:
-    return {} if getattr(args, "no_names", False) else load_bat_hosts()
+def _names(args) -> dict[str, str] | None:
+    """The bat-hosts names; None with -n (batctl prints some lines differently then)."""
+    return None if getattr(args, "no_names", False) else load_bat_hosts()
 
 
 def _nonnegative_float(text: str) -> float:
@@ -601,6 +602,7 @@ def _ping_arg(allowed, integer: bool = False) -> Callable[[str], float]:
 
 
 def add_parsers(subparsers) -> None:
+    json_verbs.add_parsers(subparsers)
     for table in TABLES:
         p = subparsers.add_parser(table.name, aliases=[table.abbr], help=table.help)
         _add_table_options(p)

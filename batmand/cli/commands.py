@@ -6,7 +6,8 @@ gateways|gwl, dat_cache|dc, statistics|s, dataplane|dp, routing_algo|ra (all wit
 Settings: orig_interval|it, hop_penalty|hp, aggregation|ag, fragmentation|f,
 distributed_arp_table|dat, gw_mode|gw; batctl's ap_isolation|ap, bonding|b,
 multicast_mode|mm, bridge_loop_avoidance|bl and loglevel|ll say that batmand does not
-implement them yet. Tools: ping|p, traceroute|tr, translate|t, event."""
+implement them yet. Tools: ping|p, traceroute|tr, translate|t, event. batctl's JSON verbs
+(mj, oj, ..., hardif_json, vlan_json) are in json_verbs."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ present only when set, a dump as one array, a GET as one object; each with its n
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 from batmand.cli import commands, json_verbs, tables
@@ -112,3 +113,15 @@ def test_verbs_are_registered_with_their_abbreviations_and_scopes():
     assert parser.parse_args(["hardif_json", "eth0"]).hardif == "eth0"
     assert {v.scope for v in json_verbs.JSON_VERBS} == {"mesh", "hardif", "vlan"}
     assert len(json_verbs.JSON_VERBS) == 13
+
+
+def test_hardifs_rows_carry_the_kernels_units():
+    mesh = Mesh(MeshConfig(), soft_mac=Mac("02:bb:00:00:02:00"))
+    mesh.add_interface(0.0, "e0", Mac("02:ba:00:00:02:01"))
+    iface = mesh.iface("e0")
+    mesh.set_hardif("e0", dataclasses.replace(iface.settings, throughput_override=100_000, hop_penalty=15))
+    (row,) = daemon_tables.hardifs(mesh, "nosuchmesh0", {"e0": 3})  # no such device here: ifindex 0
+    assert row["throughput_override"] == 1000  # 100 Mbit/s in the kernel's 100 kbit/s units
+    assert json_verbs.json_dump([row]) == (
+        '[{"mesh_ifindex":0,"mesh_ifname":"nosuchmesh0","hard_ifindex":3,"hard_ifname":"e0","hard_address":"02:ba:00:00:02:01",'
+        '"active":true,"hop_penalty":15,"elp_interval":500,"throughput_override":1000}]\n')

@@ -6,7 +6,8 @@ gateways|gwl, dat_cache|dc, claimtable|cl, backbonetable|bbt, mcast_flags|mf, st
 dataplane|dp (all with -w [interval], -H, -n, --json). Settings: every batctl setting of the
 mesh, of a hard interface (hardif IFACE hp|et|to) and of a VLAN; the ones batmand lacks say
 so. Tools: interface|if (add, del, create, destroy), routing_algo|ra, ping|p,
-traceroute|tr, translate|t."""
+traceroute|tr, translate|t. batctl's JSON verbs (mj, oj, ..., hardif_json,
+vlan_json) are in json_verbs."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from batmand.core import ping
 from batmand.core.config import HARDIF_SETTINGS
 from batmand.daemon import options
 
-from . import grammar, meshes, tables
+from . import grammar, json_verbs, meshes, tables
 from .client import SOCKET_ENV, Client, ControlError, DaemonError, socket_path
 from .hosts import is_valid_unicast, load_bat_hosts, resolve_destination
 
@@ -56,8 +57,9 @@ def dumps(value) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def _names(args) -> dict[str, str]:
-    return {} if getattr(args, "no_names", False) else load_bat_hosts()
+def _names(args) -> dict[str, str] | None:
+    """The bat-hosts names; None with -n (batctl prints some lines differently then)."""
+    return None if getattr(args, "no_names", False) else load_bat_hosts()
 
 
 def _nonnegative_float(text: str) -> float:
@@ -660,6 +662,7 @@ def _ping_arg(allowed, integer: bool = False) -> Callable[[str], float]:
 
 
 def add_parsers(subparsers) -> None:
+    json_verbs.add_parsers(subparsers)
     for table in TABLES:
         p = subparsers.add_parser(table.name, aliases=[table.abbr], help=table.help)
         _add_table_options(p)

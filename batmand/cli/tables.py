@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 
 from batmand.wire import TtClientFlags
 
-Names = Mapping[str, str] | None
+Names = Mapping[str, str] | None  # None: batctl -n (no bat-hosts lookups at all)
 
 # ---------------------------------------------------------------------------------------
 # addresses
@@ -106,6 +106,11 @@ def originator_line(row: Mapping, names: Names = None) -> str:
     ifname = row.get("hard_ifname") or ""
     if row.get("tq") is None and row.get("throughput") is not None:
         mbits, decimal = _kbit(row)
+        if names is not None:
+            # batctl's V line with bat-hosts lookups on (no -n) puts " " before the next hop,
+            # and " * " (the best marker again) before a next hop that has a name
+            text = norm_mac(row.get("neigh_address"))
+            neigh = " %c %17s" % (best, names[text]) if names.get(text) else " " + text
         return " %c %s %4i.%03is (%9u.%1u) %s [%10s]" % (best, orig, secs, msecs, mbits, decimal, neigh, ifname)
     return " %c %s %4i.%03is   (%3i) %s [%10s]" % (best, orig, secs, msecs, int(row.get("tq") or 0), neigh, ifname)
 
@@ -249,13 +254,13 @@ def dat_cache_line(row: Mapping, names: Names = None) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# batctl mf (cmd/mcast_flags.c, batctl 2024.0 and later: six slots)
+# batctl mf (mcast_flags.c of batctl 2023, what Debian 12 ships: five slots; batctl 2024.0
+# added a sixth, P, for the MCAST packet capability, which 2023 leaves unshown)
 
 
 def mcast_flags_text(flags: int) -> str:
-    return "[%s%s%s%s%s%s]" % ("U" if flags & 0x01 else ".", "4" if flags & 0x02 else ".", "6" if flags & 0x04 else ".",
-                               ". " if flags & 0x08 else "R4", ". " if flags & 0x10 else "R6",
-                               "." if flags & 0x20 else "P")
+    return "[%s%s%s%s%s]" % ("U" if flags & 0x01 else ".", "4" if flags & 0x02 else ".", "6" if flags & 0x04 else ".",
+                             ". " if flags & 0x08 else "R4", ". " if flags & 0x10 else "R6")
 
 
 def mcast_header_lines(state: Mapping) -> list[str]:

@@ -785,9 +785,9 @@ class TranslationTable:
     # --- what batmanctl shows (batctl's JSON keys; VIDs as batctl prints them) --------------
 
     def local_rows(self, now: float) -> list[dict]:
-        """batctl tl."""
+        """batctl tl. As the kernel's dump, a no-purge entry (our own bat0 MAC) has no last-seen."""
         return [{"tt_address": str(e.addr), "tt_vid": _shown_vid(e.vid), "tt_flags": int(e.flags),
-                 "last_seen_msecs": 0 if e.flags & F.NOPURGE else max(0, round((now - e.last_seen) * 1000)),
+                 **({} if e.flags & F.NOPURGE else {"last_seen_msecs": max(0, round((now - e.last_seen) * 1000))}),
                  "tt_crc32": self.local_crcs.get(e.vid, 0)} for e in self.local.values()]
 
     def global_rows(self) -> list[dict]:

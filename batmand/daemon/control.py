@@ -13,7 +13,7 @@ import socket
 import struct
 
 from batmand.core import ping, tp_meter
-from batmand.core.config import FLAG, HARDIF_SETTINGS, SettingError, check_rules
+from batmand.core.config import FLAG, HARDIF_SETTINGS, Range, SettingError, check_rules
 from batmand.core.ping import PingSession, TracerouteSession
 from batmand.wire import Mac
 from batmand.wire.constants import TTL
@@ -24,6 +24,7 @@ from .links import sysfs_int
 SHUTDOWN_DELAY = 0.1  # seconds
 
 log = logging.getLogger("batmand.control")
+VID = Range(0, 4095)  # batctl vj: a VLAN id
 EVENT_POLL = 2.0  # seconds: how soon an event stream notices its client went away
 TP_PROGRESS = 0.5  # seconds between a tp stream's progress events (a client that went away cancels its test)
 
@@ -207,6 +208,26 @@ class ControlServer:
 
     async def cmd_interfaces(self, args, writer):
         return tables.interfaces(self.service.mesh, self.service.ifindex)
+
+    async def cmd_mesh(self, args, writer):
+        return tables.mesh_attrs(self.service.mesh, self.service.options.meshif, self.service.ifindex)
+
+    async def cmd_hardifs(self, args, writer):
+        return tables.hardifs(self.service.mesh, self.service.options.meshif, self.service.ifindex)
+
+    async def cmd_hardif(self, args, writer):
+        name = str(args.get("ifname"))
+        row = next((r for r in await self.cmd_hardifs(args, writer) if r["hard_ifname"] == name), None)
+        if row is None:
+            raise CommandError(f"{name} is not a hard interface of {self.service.options.meshif}")
+        return row
+
+    async def cmd_vlan(self, args, writer):
+        vid = _arg(args, "vid", VID, None)
+        row = None if vid is None else tables.vlan_attrs(self.service.mesh, self.service.options.meshif, vid)
+        if row is None:
+            raise CommandError(f"{self.service.options.meshif} has no VLAN {args.get('vid')}")
+        return row
 
     async def cmd_originators(self, args, writer):
         outif = None

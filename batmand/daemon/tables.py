@@ -3,6 +3,8 @@ daemon knows added (interface indexes)."""
 
 from __future__ import annotations
 
+import socket
+
 from batmand import __version__
 from batmand.core.mesh import Mesh
 
@@ -22,6 +24,58 @@ def mesh_info(mesh: Mesh, meshif: str) -> dict:
 
 def interfaces(mesh: Mesh, ifindex: dict) -> list[dict]:
     return _with_ifindex(mesh.interface_rows(), ifindex)
+
+
+def hardifs(mesh: Mesh, meshif: str, ifindex: dict) -> list[dict]:
+    """batctl hj: one row per hard interface with the kernel's GET_HARDIF attributes
+    (throughput_override in its 100 kbit/s units; ours is kept in kbit/s)."""
+    mesh_ifindex = _ifindex(meshif)
+    return [{"mesh_ifindex": mesh_ifindex, "mesh_ifname": meshif, "hard_ifindex": ifindex.get(i.name, 0),
+             "hard_ifname": i.name, "hard_address": str(i.mac), "active": i.active,
+             "hop_penalty": i.settings.hop_penalty, "elp_interval": i.settings.elp_interval,
+             "throughput_override": i.settings.throughput_override // 100} for i in mesh.ifaces]
+
+
+def mesh_attrs(mesh: Mesh, meshif: str, ifindex: dict) -> dict:
+    """batctl mj: the kernel's GET_MESH attributes (batadv_netlink_mesh_fill), in its units:
+    intervals in ms, gateway bandwidths in 100 kbit/s. The settings batmand lacks
+    (ap_isolation, bonding, isolation_mark/mask, log_level, network_coding) are left out, as
+    a kernel built without a feature leaves its attribute out."""
+    config, primary, mcast = mesh.config, mesh.primary, mesh.multicast.state()
+    gw = mesh.gateway.state()
+    priv = 0
+    if mcast.get("bridged"):
+        priv = 0x01 | (0x02 if mcast.get("querier4") else 0) | (0x04 if mcast.get("querier6") else 0) \
+            | (0x08 if mcast.get("shadowing4") else 0) | (0x10 if mcast.get("shadowing6") else 0)
+    attrs = {"version": f"batmand-{__version__}", "algo_name": mesh.algo.name, "mesh_ifindex": _ifindex(meshif),
+             "mesh_ifname": meshif, "mesh_address": str(mesh.soft_mac), "tt_ttvn": mesh.tt.ttvn,
+             "bla_crc": mesh.bla.group, "mcast_flags": int(mcast.get("mcast_flags") or 0), "mcast_flags_priv": priv}
+    if primary is not None and primary.active:
+        attrs |= {"hard_ifindex": ifindex.get(primary.name, 0), "hard_ifname": primary.name,
+                  "hard_address": str(primary.mac)}
+    return attrs | {
+        "aggregated_ogms_enabled": bool(config.aggregation),
+        "bridge_loop_avoidance_enabled": bool(config.bridge_loop_avoidance),
+        "distributed_arp_table_enabled": bool(config.distributed_arp_table),
+        "fragmentation_enabled": bool(config.fragmentation),
+        "gw_bandwidth_down": gw["gw_bandwidth_down"], "gw_bandwidth_up": gw["gw_bandwidth_up"],
+        "gw_mode": gw["gw_mode"], "gw_sel_class": gw["gw_sel_class"], "hop_penalty": config.hop_penalty,
+        "multicast_forceflood_enabled": not config.multicast_mode, "orig_interval": config.orig_interval_ms,
+        "multicast_fanout": config.multicast_fanout}
+
+
+def vlan_attrs(mesh: Mesh, meshif: str, vid: int) -> dict | None:
+    """batctl vj: GET_VLAN of one of the soft interface's VLANs (None: no such VLAN)."""
+    if vid not in mesh.vlans():
+        return None
+    return {"mesh_ifindex": _ifindex(meshif), "mesh_ifname": meshif, "vlanid": vid}
+
+
+def _ifindex(ifname: str) -> int:
+    try:
+        return socket.if_nametoindex(ifname)
+    except OSError:
+        return 0
 
 
 def originators(mesh: Mesh, now: float, ifindex: dict, outif=None) -> list[dict]:

@@ -51,8 +51,8 @@ while True:
 
 
 def _mcast_flags(lab) -> tuple[str, str, str, str]:
-    """n1's batmanctl mf header: own flags (the first five slots; the sixth, P, depends on
-    the MCAST packet capability), bridged slot, no-querier slots, shadowing slots."""
+    """n1's batmanctl mf header: own flags (batctl 2023's five slots), bridged slot,
+    no-querier slots, shadowing slots."""
     lines = lab.batmanctl("n1", "mf", check=True).stdout.splitlines()
     own = lines[1].split("own flags: [", 1)[1]
     return own[:7], lines[2].split("\t")[-1], lines[3].split("\t")[-1], lines[4].split("\t")[-1]

@@ -75,8 +75,8 @@ def test_multicast_reaches_its_listeners_only_and_stops_after_they_leave():
         # batmanctl mf: our flags and every other node's: unbridged, no routers, MTUs of at
         # least 1280 (the MCAST packet capability): 0x38, as batman-adv 2024.0 and later
         mf = lab.batmanctl("n1", "mf", check=True).stdout.splitlines()
-        assert mf[1] == "Multicast flags (own flags: [.... . .])" and mf[6] == "       Originator Flags", mf
-        assert len([line for line in mf[7:] if line.endswith(" [.... . .]")]) == 4, mf
+        assert mf[1] == "Multicast flags (own flags: [.... . ])" and mf[6] == "       Originator Flags", mf
+        assert len([line for line in mf[7:] if line.endswith(" [.... . ]")]) == 4, mf
         rows = json.loads(lab.batmanctl("n1", "mf", "--json", check=True).stdout)
         assert all(r["mcast_flags"]["raw"] == 0x38 and r["mcast_flags"]["have_mc_ptype_capa"] for r in rows), rows
         receivers = [_join(lab, "n5")]

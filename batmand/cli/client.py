@@ -76,6 +76,13 @@ class Stream:
         finally:
             self.close()
 
+    def interrupt(self) -> None:
+        """Wake a reader blocked in another thread (close() would wait for its read)."""
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
     def close(self) -> None:
         try:
             self._file.close()

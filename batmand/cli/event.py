@@ -112,7 +112,10 @@ def run_event(args) -> int:
     open_streams = len(streams)
     try:
         while open_streams:
-            event = arrived.get()
+            try:
+                event = arrived.get(timeout=0.5)  # a bounded wait: Ctrl-C is seen at once
+            except queue.Empty:
+                continue
             if event is None:
                 open_streams -= 1
                 continue
@@ -129,7 +132,7 @@ def run_event(args) -> int:
             emit([prefix + lines[0], *lines[1:]])
     except KeyboardInterrupt:
         for stream in streams:
-            stream.close()
+            stream.interrupt()  # the pump threads end; their streams close themselves
     return 0
 
 

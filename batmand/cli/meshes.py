@@ -82,10 +82,14 @@ def systemd_manages_this_namespace() -> bool:
 
 
 def is_running(meshif: str, socket: str | None = None) -> bool:
+    """Something answers on the mesh's control socket (a reset or a slow answer counts: the
+    daemon is there, starting or going)."""
     try:
         Client(socket_path(meshif, socket), meshif, timeout=3.0).request("mesh_info")
     except NoDaemon:
         return False
+    except ControlError:
+        return True
     return True
 
 

@@ -10,9 +10,10 @@ client (ifindex 255, quality 0). Two choices differ from it, on purpose:
   client names a node's cluster, its "primary" and its TT edges after ifaces[0], and our
   peers know us by the primary's MAC (the originator address);
 - B.A.T.M.A.N. V: the kernel's originator dump has no TQ, so batadv-vis -s publishes no
-  neighbours at all there. The format has one byte of quality and no room for a
-  throughput, so each neighbour link goes in with quality 255 (the client shows metric
-  1.000) and the throughput is only in the local view (`batmanctl topology`)."""
+  neighbours at all there. We list the neighbours of each interface (batctl n). The
+  format has one byte of quality and no room for a throughput, so each link goes in with
+  quality 255 (the client shows metric 1.000) and the throughput is only in the local view
+  (`batmanctl topology --jsondoc`)."""
 
 from __future__ import annotations
 
@@ -85,19 +86,7 @@ def build(mesh, now: float) -> Record:
     active.sort(key=lambda row: row["hard_ifname"] != primary)  # stable: the primary first
     names = [row["hard_ifname"] for row in active][:MAX_IFACES]
     ifaces = [row["mac"] for row in active][:MAX_IFACES]
-    key = mesh.algo.metric_key
-    entries: list[Entry] = []
-    for row in mesh.originator_rows(now):
-        if not row["best"] or row["orig_address"] != row["neigh_address"]:
-            continue  # a route through another node, or not the one in use
-        if row["hard_ifname"] not in names:
-            continue  # an interface that is not active (the kernel's dump skips it too)
-        metric = row[key]
-        qual = metric if key == "tq" else V_QUALITY
-        if qual < 1:
-            continue
-        entries.append(Entry(row["orig_address"], names.index(row["hard_ifname"]), qual,
-                             {key: metric, "hard_ifname": row["hard_ifname"]}))
+    entries = _iv_links(mesh, now, names) if mesh.algo.metric_key == "tq" else _v_links(mesh, now, names)
     seen = set()
     for row in mesh.tt.local_rows(now):
         mac = row["tt_address"]
@@ -105,6 +94,34 @@ def build(mesh, now: float) -> Record:
             seen.add(mac)
             entries.append(Entry(mac, TT_IFINDEX, 0))
     return Record(ifaces, entries[:MAX_ENTRIES])
+
+
+def _iv_links(mesh, now: float, names: list[str]) -> list[Entry]:
+    """batadv-vis -s's rule: each originator that is its own best next hop. Every interface
+    of an IV node is an originator of its own (its OGMs carry its MAC), so a neighbour
+    reached on its second interface is listed by that interface's MAC: a node of its
+    cluster in the picture."""
+    entries = []
+    for row in mesh.originator_rows(now):
+        if not row["best"] or row["orig_address"] != row["neigh_address"]:
+            continue  # a route through another node, or not the one in use
+        if row["hard_ifname"] not in names or row["tq"] < 1:
+            continue  # an interface that is not active (the kernel's dump skips it too)
+        entries.append(Entry(row["orig_address"], names.index(row["hard_ifname"]), row["tq"],
+                             {"tq": row["tq"], "hard_ifname": row["hard_ifname"]}))
+    return entries
+
+
+def _v_links(mesh, now: float, names: list[str]) -> list[Entry]:
+    """B.A.T.M.A.N. V: the neighbours heard on each interface (batctl n). A V node's OGMs all
+    carry its primary address, so the originator rule would lose every neighbour met on a
+    secondary interface; each neighbour is listed by the MAC of its interface on the link."""
+    entries = []
+    for row in mesh.neighbour_rows(now):
+        if row["hard_ifname"] in names:
+            entries.append(Entry(row["neigh_address"], names.index(row["hard_ifname"]), V_QUALITY,
+                                 {"throughput": row.get("throughput", 0), "hard_ifname": row["hard_ifname"]}))
+    return entries
 
 
 # --- bytes ------------------------------------------------------------------------------------

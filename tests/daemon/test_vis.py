@@ -91,15 +91,23 @@ def test_record_holds_interfaces_one_hop_neighbours_and_local_clients():
     # a hears c only through b: no link a -> c, as batadv-vis -s (orig != neigh) leaves it out
     a = vis.build(net.nodes["a"].mesh, net.now)
     assert {e.mac for e in a.entries if not e.is_client} == {str(b.orig)}
+    # c meets b on b's second interface, an originator of its own under IV: listed by its MAC
+    c = vis.build(net.nodes["c"].mesh, net.now)
+    assert {e.mac for e in c.entries if not e.is_client} == {str(b.macs["if1"])}
     assert vis.decode(vis.encode(record)) == record
 
 
 def test_batman_v_links_carry_quality_255_and_the_throughput_locally():
     net = _line("BATMAN_V")
-    record = vis.build(net.nodes["b"].mesh, net.now)
+    b = net.nodes["b"]
+    record = vis.build(b.mesh, net.now)
     links = [e for e in record.entries if not e.is_client]
-    assert len(links) == 2
+    assert {(e.mac, e.ifindex) for e in links} == {(str(net.nodes["a"].orig), 0), (str(net.nodes["c"].orig), 1)}
     assert all(e.qual == vis.V_QUALITY and e.metric["throughput"] > 0 for e in links)
+    # c meets b on b's second interface: listed by that interface's MAC (V's OGMs all carry
+    # b's primary address, so "its own next hop" would lose it)
+    c = vis.build(net.nodes["c"].mesh, net.now)
+    assert [e.mac for e in c.entries if not e.is_client] == [str(b.macs["if1"])]
     doc = vis.jsondoc([record], "x")["vis"][0]
     assert all(n["metric"] == "1.000" and n["throughput"] > 0 for n in doc["neighbors"])
 

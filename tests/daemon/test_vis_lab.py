@@ -1,6 +1,6 @@
 """alfred + batadv-vis over a batmand mesh: Debian's alfred in every node of a line of three
 (primary mode, -b none: there is no batman-adv module to ask), our daemons publishing with
-alfred_vis = true, and the real `batadv-vis` client on one node drawing every node with
+alfred_vis = true (B.A.T.M.A.N. IV and V), and the real `batadv-vis` client on one node drawing every node with
 its links. Also `batmanctl topology` (DOT, JSON, PNG) and the daemon's log while alfred is
 missing."""
 
@@ -69,9 +69,11 @@ def _macs(lab, node: str) -> list[str]:
             for i in lab.topology.hard_interfaces(node)]
 
 
-@pytest.fixture(scope="module")
-def mesh():
-    lab = make_lab("line3", orig_interval_ms=INTERVAL_MS, alfred_vis=True, alfred_vis_interval_ms=1000)
+@pytest.fixture(scope="module", params=["BATMAN_IV", "BATMAN_V"])
+def mesh(request):
+    lab = make_lab("line3", routing_algo=request.param, orig_interval_ms=INTERVAL_MS, alfred_vis=True,
+                   alfred_vis_interval_ms=1000)
+    lab.algo = request.param
     alfreds = Alfreds(lab)
     for node in NODES:  # alfred's socket is a file: one per namespace
         lab.topology.nodes[node].batmand["alfred_socket"] = alfreds.socket(node)
@@ -97,11 +99,11 @@ def batadv_vis(lab, node: str, form: str) -> str:
 
 def expected(lab) -> dict:
     """primary -> (secondaries, {(router, neighbour)}): n2 reaches n1 and n3 on one interface
-    each. A neighbour is the MAC of the peer's interface on that link: under B.A.T.M.A.N. IV
-    every interface sends OGMs as an originator of its own, so n3's one-hop neighbour is n2's
-    second interface (its route to n2's primary goes through it: no link of its own, as
-    batadv-vis -s leaves out every originator that is not its own next hop). n1 and n3 hear
-    each other only through n2."""
+    each. A neighbour is the MAC of the peer's interface on that link, so n3's is n2's second
+    interface. (IV: every interface sends OGMs as an originator of its own, and n3's route to
+    n2's primary goes through it, no link of its own, as batadv-vis -s leaves out every
+    originator that is not its own next hop. V: the neighbour table.) n1 and n3 hear each
+    other only through n2."""
     m = lab.macs
     return {m["n1"][0]: ([], {(m["n1"][0], m["n2"][0])}),
             m["n2"][0]: (m["n2"][1:], {(m["n2"][0], m["n1"][0]), (m["n2"][1], m["n3"][0])}),
@@ -184,7 +186,10 @@ def test_batmanctl_topology_is_what_batadv_vis_shows_of_the_node(mesh, tmp_path)
     (node,) = doc["vis"]
     assert node["primary"] == mesh.origs["n2"] and node["secondary"] == mesh.macs["n2"][1:]
     assert {(n["router"], n["neighbor"]) for n in node["neighbors"]} == want[mesh.origs["n2"]][1]
-    assert all(1 <= n["tq"] <= 255 and n["metric"] == f"{255 / n['tq']:.3f}" for n in node["neighbors"])
+    if mesh.algo == "BATMAN_IV":
+        assert all(1 <= n["tq"] <= 255 and n["metric"] == f"{255 / n['tq']:.3f}" for n in node["neighbors"])
+    else:  # no room for a throughput in vis v1: quality 255 on the wire, the throughput here
+        assert all(n["throughput"] > 0 and n["metric"] == "1.000" for n in node["neighbors"])
     dot_src = mesh.batmanctl("n2", "topology", "--dot", check=True).stdout
     assert mesh.batmanctl("n2", "topology", check=True).stdout.startswith("digraph {\n")  # DOT is the default
     assert dot_src.startswith("digraph {\n") and f'subgraph "cluster_{mesh.origs["n2"]}"' in dot_src

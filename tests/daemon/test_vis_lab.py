@@ -7,7 +7,6 @@ missing."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -15,6 +14,7 @@ import time
 
 import pytest
 
+from tests.daemon.alfred_lab import Alfreds, wait_drawn
 from tests.daemon.labs import make_lab, orig_mac, wait_for
 
 pytestmark = pytest.mark.skipif(not (shutil.which("alfred") and shutil.which("batadv-vis") and shutil.which("dot")),
@@ -22,46 +22,6 @@ pytestmark = pytest.mark.skipif(not (shutil.which("alfred") and shutil.which("ba
 
 INTERVAL_MS = 250
 NODES = ("n1", "n2", "n3")
-
-
-class Alfreds:
-    """One alfred per node, started and stopped by PID."""
-
-    def __init__(self, lab) -> None:
-        self.lab = lab
-        self.procs: dict[str, subprocess.Popen] = {}
-
-    def socket(self, node: str) -> str:
-        return str(self.lab.lab_dir / f"{node}-alfred.sock")
-
-    def start(self, node: str) -> None:
-        lab = self.lab
-
-        def link_local_ready():
-            out = lab.exec(node, ["ip", "-6", "addr", "show", "dev", "bat0", "scope", "link"]).stdout
-            return "fe80::" in out and "tentative" not in out
-
-        wait_for(link_local_ready, timeout=15)  # alfred binds bat0's EUI-64 link-local address
-        log = open(lab.lab_dir / f"{node}-alfred.log", "ab")
-        self.procs[node] = lab.spawn(node, ["alfred", "-i", "bat0", "-b", "none", "-m", "-p", "1",
-                                            "-u", self.socket(node)], stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-        wait_for(lambda: os.path.exists(self.socket(node)) or self.procs[node].poll() is not None, timeout=10)
-        assert self.procs[node].poll() is None, (lab.lab_dir / f"{node}-alfred.log").read_text()
-
-    def stop(self, node: str) -> None:
-        proc = self.procs.pop(node, None)
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-
-    def stop_all(self) -> None:
-        for node in list(self.procs):
-            self.stop(node)
 
 
 def _macs(lab, node: str) -> list[str]:
@@ -92,9 +52,7 @@ def mesh(request):
 
 
 def batadv_vis(lab, node: str, form: str) -> str:
-    out = lab.exec(node, ["batadv-vis", "-u", lab.alfreds.socket(node), "-f", form], timeout=20)
-    assert out.returncode == 0, out.stderr
-    return out.stdout
+    return lab.alfreds.vis(node, form)
 
 
 def expected(lab) -> dict:
@@ -110,30 +68,14 @@ def expected(lab) -> dict:
             m["n3"][0]: ([], {(m["n3"][0], m["n2"][1])})}
 
 
-def wait_drawn(lab, node: str, want: dict, timeout: float) -> tuple[dict, float]:
-    """batadv-vis -f jsondoc on `node` until it draws `want`; the last picture in the error."""
-    last = {}
-
-    def complete():
-        last["doc"] = json.loads(batadv_vis(lab, node, "jsondoc"))
-        return last["doc"] if drawn(last["doc"]) == want else None
-
-    try:
-        return wait_for(complete, timeout=timeout, step=0.5)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}: batadv-vis on {node} drew {drawn(last['doc'])}, expected {want}; "
-                             f"{last['doc']}") from None
-
-
-def drawn(doc: dict) -> dict:
-    return {v["primary"]: (v.get("secondary", []), {(n["router"], n["neighbor"]) for n in v["neighbors"]})
-            for v in doc["vis"]}
+def wait_complete(lab, node: str, want: dict, timeout: float):
+    return wait_drawn(lab.alfreds, node, lambda picture: picture == want, timeout)
 
 
 def test_batadv_vis_lists_every_node_with_its_neighbours(mesh):
     want = expected(mesh)
     assert mesh.macs["n2"][0] == mesh.origs["n2"]  # the primary's MAC is the originator address
-    doc, waited = wait_drawn(mesh, "n1", want, timeout=40)
+    doc, waited = wait_complete(mesh, "n1", want, timeout=40)
     print(f"batadv-vis on n1 drew the whole mesh after {waited:.1f} s more")
     for v in doc["vis"]:
         node = next(n for n in NODES if mesh.origs[n] == v["primary"])
@@ -141,7 +83,7 @@ def test_batadv_vis_lists_every_node_with_its_neighbours(mesh):
         for n in v["neighbors"]:
             assert 1.0 <= float(n["metric"]) <= 255.0  # 255/TQ (TQ 1..255; still rising at first)
     # the far end sees the same picture through its own alfred
-    wait_drawn(mesh, "n3", want, timeout=20)
+    wait_complete(mesh, "n3", want, timeout=20)
 
 
 def _json_objects(text: str) -> list[dict]:
@@ -150,7 +92,7 @@ def _json_objects(text: str) -> list[dict]:
 
 def test_batadv_vis_json_and_dot(mesh):
     want = expected(mesh)
-    wait_drawn(mesh, "n1", want, timeout=40)
+    wait_complete(mesh, "n1", want, timeout=40)
     objs = _json_objects(batadv_vis(mesh, "n1", "json"))
     assert {o["primary"] for o in objs if "primary" in o} == set(want)
     assert {(o["secondary"], o["of"]) for o in objs if "secondary" in o} == {(mesh.macs["n2"][1], mesh.origs["n2"])}
@@ -171,7 +113,7 @@ def _unlabelled(text: str) -> list[str]:
 
 def test_batmanctl_topology_is_what_batadv_vis_shows_of_the_node(mesh, tmp_path):
     want = expected(mesh)
-    wait_drawn(mesh, "n1", want, timeout=40)
+    wait_complete(mesh, "n1", want, timeout=40)
     ours = mesh.batmanctl("n2", "topology", "--json", check=True).stdout
     # n2's lines of batadv-vis's answer on n1 (records follow each other: primary, secondaries, entries)
     theirs, inside = [], False

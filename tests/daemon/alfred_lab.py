@@ -43,6 +43,8 @@ class Alfreds:
     def start(self, node: str) -> None:
         lab = self.lab
         wait_for(lambda: self._link_local_ready(node), timeout=15)
+        if lab.is_kernel(node):  # alfred asks batman-adv for originators: it needs an active primary first
+            wait_for(lambda: lab.exec(node, ["batctl", "o"]).returncode == 0, timeout=30, step=0.5)
         argv = ["alfred", "-i", "bat0", "-m", "-p", "1", "-u", self.socket(node)]
         if lab.is_kernel(node):
             self.procs[node] = lab.spawn(node, argv)
@@ -51,7 +53,11 @@ class Alfreds:
             with open(lab.lab_dir / f"{node}-alfred.log", "ab") as log:
                 self.procs[node] = lab.spawn(node, argv, stdout=log, stderr=subprocess.STDOUT)
         wait_for(lambda: self._socket_ready(node) or self.procs[node].poll() is not None, timeout=20)
-        assert self.procs[node].poll() is None, f"{node}: alfred exited ({self.procs[node].returncode})"
+        proc = self.procs[node]
+        if proc.poll() is not None:
+            said = " ".join(proc.output()) if lab.is_kernel(node) else \
+                (lab.lab_dir / f"{node}-alfred.log").read_text()
+            raise AssertionError(f"{node}: alfred exited ({proc.returncode}): {said.strip()}")
         if lab.is_kernel(node):  # what a kernel node runs to publish its record
             self.servers[node] = lab.spawn(node, ["batadv-vis", "-s", "-u", GUEST_SOCKET])
 

@@ -5,6 +5,7 @@ renderings against the real batadv-vis client reading our bytes out of a real al
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -190,3 +191,21 @@ def test_batadv_vis_reads_our_record_out_of_alfred_and_draws_it_as_we_do(alfred_
     assert asyncio.run(publisher.push_once()) is True
     assert _vis_client(ns, path, "json") == vis.json_lines([smaller]) == (
         f'{{ "primary" : "{A}" }}\n{{ "router" : "{A}", "neighbor" : "{B}", "label" : "1.000" }}\n')
+
+
+def test_publisher_pushes_only_while_alfred_vis_is_on(tmp_path, caplog):
+    """The options are read every round: SIGHUP turns publishing on and off."""
+    opts = Options(alfred_vis=False, alfred_socket=str(tmp_path / "no-alfred.sock"), alfred_vis_interval_ms=1000)
+    asked = []
+    publisher = alfred.VisPublisher(opts, lambda: asked.append(1) or sample())
+
+    async def run_for(seconds):
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(publisher.run(), seconds)
+
+    with caplog.at_level(logging.WARNING, logger="batmand.alfred"):
+        asyncio.run(run_for(0.2))
+        assert not asked and not caplog.records
+        opts.alfred_vis = True
+        asyncio.run(run_for(0.2))
+    assert asked and "cannot reach alfred" in caplog.records[0].getMessage()

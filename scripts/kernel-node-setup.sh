@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The VM image of netns-lab's kernel nodes (the Linux kernel's batman-adv as a test peer),
 # built once and cached: Debian's kernel package (the one linux-image-amd64 depends on),
-# batctl, iperf3 and their libraries, fetched with `apt-get download` (nothing of it is
+# batctl, iperf3, alfred (batadv-vis) and their libraries, fetched with `apt-get download` (nothing of it is
 # installed on this machine), the host's static busybox, and our guest /init, packed into
 # an initramfs; the kernel uncompressed for QEMU's fast PVH boot. Also finds out once
 # whether KVM can run the guest here (else TCG). Idempotent: does nothing when nothing

@@ -14,7 +14,9 @@ APT_PACKAGES=(python3 python3-venv python3-dev gcc iproute2 tshark nftables iput
               # tests: the state file's writes traced (strace), a daemon's address space capped (prlimit)
               strace util-linux
               # gateway tests: a DHCP server in a namespace (the binary only, no system service)
-              dnsmasq-base)
+              dnsmasq-base
+              # topology tests: alfred and its batadv-vis client; graphviz's dot for batmanctl topology --png
+              alfred graphviz)
 
 ./scripts/apt-install.sh setup "${APT_PACKAGES[@]}"
 

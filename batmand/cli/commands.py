@@ -23,7 +23,7 @@ from batmand.core import ping
 from batmand.core.config import HARDIF_SETTINGS
 from batmand.daemon import options
 
-from . import grammar, json_verbs, meshes, tables
+from . import grammar, json_verbs, meshes, tables, topology
 from .client import SOCKET_ENV, Client, ControlError, DaemonError, socket_path
 from .hosts import is_valid_unicast, load_bat_hosts, resolve_destination
 
@@ -761,3 +761,5 @@ def add_parsers(subparsers) -> None:
     p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("dest", metavar="mac|bat-host|host_name|IP_address")
     p.set_defaults(func=run_translate)
+
+    topology.add_parser(subparsers)

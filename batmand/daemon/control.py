@@ -270,6 +270,13 @@ class ControlServer:
         status["counters"] = self.service.dataplane.counters()
         return status
 
+    async def cmd_topology(self, args, writer):
+        """The local batadv-vis view: the record we publish into alfred (alfred_vis), with
+        each neighbour's TQ or throughput."""
+        record = self.service.vis_record()
+        return {"algo": self.service.mesh.algo.name, "record": record.to_json() if record else None,
+                "alfred_vis": self.service.options.alfred_vis, "pushed": self.service.vis.pushed}
+
     async def cmd_routing_algos(self, args, writer):
         algo = self.service.mesh.algo.name
         return {"active": {self.service.options.meshif: algo}, "selected": algo,

@@ -86,6 +86,14 @@ class Options:
                                      live=False, example='"/etc/batmand/event-hook"',
                                      help="run on each uevent (gateway add/change/del) with BATTYPE, BATACTION, "
                                           "BATDATA and INTERFACE in its environment, as hotplug scripts get them")
+    # batadv-vis -s for this node (daemon/alfred.py); off, as batadv-vis -s is something one runs deliberately
+    alfred_vis: bool = setting(False, FLAG, help="publish our batadv-vis record (interfaces, neighbours, clients) "
+                                                 "into alfred, for batadv-vis on any node")
+    alfred_socket: str = setting("/var/run/alfred.sock", Text(r"/[^\0]*", "an absolute path, at most 107 bytes",
+                                                              max_bytes=107),
+                                 help="alfred's unix socket (alfred -u)")
+    alfred_vis_interval_ms: int = setting(10_000, Range(1_000, 3_600_000, "ms"),
+                                          help="how often the record is pushed (batadv-vis -s: every 10 s)")
     mac: str | None = setting(None, UnicastMac(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}", "a unicast MAC address",
                                                optional=True), live=False, example='"02:00:00:00:00:01"',
                               help="soft interface MAC (default: a random locally administered one)")

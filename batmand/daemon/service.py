@@ -24,10 +24,11 @@ from batmand.wire import Mac
 
 from batmand.dataplane.pool import InlineDataPlane, WorkerPool
 
+from .alfred import VisPublisher
 from .control import ControlServer
 from .events import Events
 from .mcast_groups import HostGroupsReader
-from . import protocol, state
+from . import protocol, state, vis
 from .links import link_speed
 from .netlink import Link, LinkMonitor
 from .notify import Notifier
@@ -58,6 +59,7 @@ class Service:
         self.dataplane: InlineDataPlane | WorkerPool | None = None
         self.control = ControlServer(self, options.socket_path, options.control_group, options.control_max_request)
         self.events = Events(options.meshif, options.event_hook)
+        self.vis = VisPublisher(options, self.vis_record)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = float("inf")
         self._icmp: dict[int, tuple[object, asyncio.Event]] = {}
@@ -141,13 +143,22 @@ class Service:
             self.notifier.send(READY=1, STATUS=self._status())
             housekeeping = asyncio.create_task(self._housekeeping())
             listeners = asyncio.create_task(self._multicast_listeners())
+            publisher = asyncio.create_task(self.vis.run())
             await self._stopped.wait()
             self.notifier.send(STOPPING=1)
         finally:
             if housekeeping is not None:
                 housekeeping.cancel()
                 listeners.cancel()
+                publisher.cancel()
             await self.shutdown()
+
+    def vis_record(self) -> vis.Record | None:
+        """Our batadv-vis record; None while no interface is active (batadv-vis would skip
+        a record without interfaces)."""
+        if self.mesh is None or not self.mesh.active_ifaces():
+            return None
+        return vis.build(self.mesh, self.now())
 
     def _status(self) -> str:
         status = self.mesh.status()

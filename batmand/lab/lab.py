@@ -516,7 +516,7 @@ class Lab:
              input: str | None = None, capture: bool = True) -> subprocess.CompletedProcess:
         """Run a command in a node's (or client's) namespace; text output captured.
         On a kernel node the command runs in the guest (over the VM's command channel;
-        busybox userland, batctl, iperf3); `timeout` is enforced there (default 120 s)."""
+        busybox userland, batctl, iperf3, alfred); `timeout` is enforced there (default 120 s)."""
         argv = argv.split() if isinstance(argv, str) else list(argv)
         if node in self.topology.nodes and self.is_kernel(node):
             return self._guest(node, shlex.join(argv), argv, check=check, timeout=timeout, input=input,

@@ -98,6 +98,7 @@ NOT_SETTINGS = {"mesh", "hardif", "argv"}  # Options fields the keys fill in
 # out-of-range strings for keys whose range is a pattern (a TOML string and a --set word)
 BAD_TEXT = {"meshif": "bat/0", "interfaces": ["an-interface-name-too-long"], "control_socket": "/" + "s" * 120,
             "state_dir": "relative/dir", "event_hook": "relative/hook", "control_group": "no-such-group-here", "mac": "01:00:5e:00:00:01",
+            "alfred_socket": "relative/alfred.sock",
             "vlans": [5, 4095]}
 
 

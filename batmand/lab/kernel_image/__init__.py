@@ -5,7 +5,7 @@ batman-adv module) and batctl, in a busybox initramfs that QEMU boots.
     .venv/bin/python -m batmand.lab kernel-image show      # the cached image and the accelerator
 
 Everything comes from Debian packages: the kernel package that `linux-image-amd64` depends on,
-batctl and iperf3 with the shared libraries they need, fetched with `apt-get download` (never
+batctl, iperf3 and alfred (with batadv-vis) and the shared libraries they need, fetched with `apt-get download` (never
 installed on the host), plus the host's static busybox (busybox-static). The result lives in
 the cache directory (default /var/cache/batmand-kernel-node, env BATMAND_KERNEL_NODE_CACHE):
 
@@ -13,7 +13,7 @@ the cache directory (default /var/cache/batmand-kernel-node, env BATMAND_KERNEL_
     vmlinux            the kernel, uncompressed from the bzImage: QEMU boots it through its PVH
                        entry point, which saves the guest's own decompression (half the boot
                        under TCG); vmlinuz is kept as the fallback when there is no PVH note
-    base.cpio.gz       busybox, batctl, iperf3, libraries and loader, kernel modules
+    base.cpio.gz       busybox, batctl, iperf3, alfred, libraries and loader, kernel modules
     init.cpio.gz       /init (kernel_guest_init.sh) and the image's version file
     initrd.img         both, concatenated (the kernel unpacks one cpio after the other)
     image.json         what was built from what; a build is skipped when nothing changed

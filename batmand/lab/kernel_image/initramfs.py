@@ -21,7 +21,8 @@ from .modules import Modules, depmod
 GUEST_INIT = Path(__file__).parents[1] / "kernel_guest_init.sh"
 BUSYBOX = Path("/bin/busybox")
 # programs for the guest: package -> paths inside it (their libraries are resolved from DT_NEEDED)
-TOOLS = {"batctl": ["usr/sbin/batctl"], "iperf3": ["usr/bin/iperf3"]}
+TOOLS = {"batctl": ["usr/sbin/batctl"], "iperf3": ["usr/bin/iperf3"],
+         "alfred": ["usr/sbin/alfred", "usr/sbin/batadv-vis"]}  # batadv-vis -s: tests/interop/test_vis.py
 # loaded by /init in dependency order; batman-adv pulls in bridge, cfg80211, crc16, libcrc32c ...
 BOOT_MODULES = ["virtio_pci", "virtio_net", "batman-adv"]
 # shipped for `modprobe` in the guest (VLANs, TT clients behind macvlan/veth/dummy)

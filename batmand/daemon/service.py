@@ -27,6 +27,7 @@ from batmand.dataplane.pool import InlineDataPlane, WorkerPool
 from .control import ControlServer
 from .events import Events
 from .mcast_groups import HostGroupsReader
+from . import metrics
 from . import protocol, state
 from .links import link_speed
 from .netlink import Link, LinkMonitor
@@ -58,6 +59,7 @@ class Service:
         self.dataplane: InlineDataPlane | WorkerPool | None = None
         self.control = ControlServer(self, options.socket_path, options.control_group, options.control_max_request)
         self.events = Events(options.meshif, options.event_hook)
+        self.metrics: metrics.MetricsServer | None = None  # metrics_listen
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = float("inf")
         self._icmp: dict[int, tuple[object, asyncio.Event]] = {}
@@ -131,6 +133,11 @@ class Service:
             self._update_vlans()
             self.softif.up()
             await self.control.start()
+            if opts.metrics_listen:
+                registry = metrics.registry_for(lambda: metrics.read(self))
+                self.metrics = metrics.MetricsServer(opts.metrics_listen, registry)
+                await self.metrics.start()
+                log.info("metrics at http://%s%s", opts.metrics_listen, metrics.PATH)
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self.loop.add_signal_handler(sig, self._stopped.set)
             self.loop.add_signal_handler(signal.SIGHUP, self.reload)
@@ -276,6 +283,9 @@ class Service:
     async def shutdown(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
+        if self.metrics is not None:
+            await self.metrics.close()
+            self.metrics = None
         if self.mesh is not None:
             self._save_state()
         for name in list(self.sockets):

@@ -7,7 +7,7 @@ The HTTP server is a small asyncio one on the daemon's own loop, not prometheus_
 start_http_server: that one answers from a thread per connection, and the collector would
 then read the core's dicts while the loop changes them, and PACKET_STATISTICS (reset by
 every read, summed on the loop) from two threads at once. On the loop a scrape reads a
-consistent state without locks; it costs the loop the formatting (well under a millisecond
+consistent state without locks; it costs the loop the formatting (about a millisecond
 for the few hundred samples), which a thread would cost it just the same under the GIL.
 Connections are bounded (MAX_CLIENTS), each request head too (MAX_HEAD) and the time a client
 may take to send it (IDLE_TIMEOUT).

@@ -229,3 +229,23 @@ async def test_a_port_in_use_names_the_key():
         srv = metrics.MetricsServer(f"127.0.0.1:{port}", metrics.registry_for(lambda: None))
         with pytest.raises(OSError, match=f"metrics_listen: cannot listen on 127.0.0.1:{port}"):
             await srv.start()
+
+
+@pytest.mark.parametrize("form,connect", [("[::1]:{}", ["::1"]), (":{}", ["127.0.0.1", "::1"])])
+async def test_listen_addresses(form, connect):
+    net = Network(seed=1)
+    net.add_node("A")
+    mesh = net.nodes["A"].mesh
+    registry = metrics.registry_for(lambda: metrics.readings(mesh, "bat0", dict(mesh.counters), {"workers": []}))
+    srv = metrics.MetricsServer(form.format(_free_port()), registry)
+    await srv.start()
+    try:
+        port = srv.addresses[0][1]
+        for host in connect:
+            reader, writer = await asyncio.open_connection(host, port)
+            writer.write(b"GET /metrics HTTP/1.0\r\n\r\n")
+            reply = await asyncio.wait_for(reader.read(), 5)
+            writer.close()
+            assert reply.startswith(b"HTTP/1.1 200 OK") and b"batmand_info{" in reply, host
+    finally:
+        await srv.close()

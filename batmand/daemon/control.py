@@ -19,7 +19,6 @@ from batmand.wire import Mac
 from batmand.wire.constants import TTL
 
 from . import options, protocol, tables
-from .links import sysfs_int
 
 SHUTDOWN_DELAY = 0.1  # seconds
 
@@ -247,28 +246,12 @@ class ControlServer:
         return tables.transtable_global(self.service.mesh)
 
     async def cmd_statistics(self, args, writer):
-        dataplane = self.service.dataplane
-        await dataplane.refresh()
-        stats = tables.statistics(self.service.mesh, dataplane.counters())
-        # frames lost at the packet sockets (the control process's and the data plane's rings)
-        stats["drop_socket_buffer"] = (sum(s.statistics()[1] for s in self.service.sockets.values())
-                                       + dataplane.status()["drops"]["socket"])
-        for sock in self.service.sockets.values():  # e.g. ENETDOWN, once per interface going down
-            for name, count in sock.errors.items():
-                stats[f"rx_socket_error_{name}"] = stats.get(f"rx_socket_error_{name}", 0) + count
-        return stats
+        await self.service.dataplane.refresh()
+        return tables.statistics_now(self.service)
 
     async def cmd_dataplane(self, args, writer):
-        """Per-worker counters and drops by place (socket rings, TAP queue, daemon)."""
         await self.service.dataplane.refresh()
-        status = self.service.dataplane.status()
-        status["mode"] = "inline" if not status["workers"] else f"{len(status['workers'])} workers"
-        # tap: frames the host could not queue to the TAP (no worker read them in time);
-        # tap_write: frames for the host whose TAP write failed (the host's backlog was full)
-        status["drops"]["tap"] = sysfs_int(self.service.softif.name, "statistics/tx_dropped") or 0
-        status["drops"]["tap_write"] += self.service.softif.write_dropped
-        status["counters"] = self.service.dataplane.counters()
-        return status
+        return tables.dataplane_now(self.service)
 
     async def cmd_topology(self, args, writer):
         """The local batadv-vis view: the record we publish into alfred (alfred_vis), with

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import grp
+import ipaddress
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -54,6 +55,39 @@ class UnicastMac(Text):
         return value
 
 
+class ListenAddress(Text):
+    """HOST:PORT with HOST an IP literal (IPv6 in brackets) or empty (every address); ""
+    is off. No host names: the daemon starts without asking DNS."""
+
+    def parse(self, raw):
+        value = super().parse(raw)
+        if value:
+            listen_address(value)
+        return value
+
+
+def listen_address(value: str) -> tuple[str | None, int]:
+    """(host, port) of a metrics_listen value; host None: every address. ValueError if bad."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"{value!r} has no port 1..65535 (expected HOST:PORT, [IPV6]:PORT or :PORT)")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        if not isinstance(_ip(host, value), ipaddress.IPv6Address):
+            raise ValueError(f"{value!r}: only an IPv6 address goes in brackets")
+    elif host:
+        if not isinstance(_ip(host, value), ipaddress.IPv4Address):
+            raise ValueError(f"{value!r}: write an IPv6 address in brackets ([::1]:PORT)")
+    return host or None, int(port)
+
+
+def _ip(host: str, value: str):
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        raise ValueError(f"{value!r}: {host!r} is not an IP address (host names are not looked up)") from None
+
+
 class GroupName(Text):
     def parse(self, raw):
         value = super().parse(raw)
@@ -94,6 +128,9 @@ class Options:
                                  help="alfred's unix socket (alfred -u)")
     alfred_vis_interval_ms: int = setting(10_000, Range(1_000, 3_600_000, "ms"),
                                           help="how often the record is pushed (batadv-vis -s: every 10 s)")
+    metrics_listen: str = setting("", ListenAddress(r"\S*", 'HOST:PORT, [IPV6]:PORT, :PORT (every address), '
+                                                                'or "" (off)'), live=False, example='"127.0.0.1:9140"',
+                                  help="serve Prometheus metrics over HTTP at /metrics (off by default)")
     mac: str | None = setting(None, UnicastMac(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}", "a unicast MAC address",
                                                optional=True), live=False, example='"02:00:00:00:00:01"',
                               help="soft interface MAC (default: a random locally administered one)")

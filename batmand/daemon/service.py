@@ -28,6 +28,7 @@ from .alfred import VisPublisher
 from .control import ControlServer
 from .events import Events
 from .mcast_groups import HostGroupsReader
+from . import metrics
 from . import protocol, state, vis
 from .links import link_speed
 from .netlink import Link, LinkMonitor
@@ -60,6 +61,7 @@ class Service:
         self.control = ControlServer(self, options.socket_path, options.control_group, options.control_max_request)
         self.events = Events(options.meshif, options.event_hook)
         self.vis = VisPublisher(options, self.vis_record)
+        self.metrics: metrics.MetricsServer | None = None  # metrics_listen
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = float("inf")
         self._icmp: dict[int, tuple[object, asyncio.Event]] = {}
@@ -134,6 +136,11 @@ class Service:
             self._update_vlans()
             self.softif.up()
             await self.control.start()
+            if opts.metrics_listen:
+                registry = metrics.registry_for(lambda: metrics.read(self))
+                self.metrics = metrics.MetricsServer(opts.metrics_listen, registry)
+                await self.metrics.start()
+                log.info("metrics at http://%s%s", opts.metrics_listen, metrics.PATH)
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self.loop.add_signal_handler(sig, self._stopped.set)
             self.loop.add_signal_handler(signal.SIGHUP, self.reload)
@@ -288,6 +295,9 @@ class Service:
     async def shutdown(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
+        if self.metrics is not None:
+            await self.metrics.close()
+            self.metrics = None
         if self.mesh is not None:
             self._save_state()
         for name in list(self.sockets):

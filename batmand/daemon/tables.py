@@ -8,6 +8,8 @@ import socket
 from batmand import __version__
 from batmand.core.mesh import Mesh
 
+from .links import sysfs_int
+
 
 def _with_ifindex(rows: list[dict], ifindex: dict) -> list[dict]:
     for row in rows:
@@ -103,3 +105,47 @@ def statistics(mesh: Mesh, datapath_counters) -> dict:
     for key, value in datapath_counters.items():
         stats[key] = stats.get(key, 0) + value
     return stats
+
+
+def statistics_now(service) -> dict:
+    """batctl s as the daemon has it now: the core's counters, the data plane's (as last
+    reported: workers report twice a second), and what the packet sockets lost."""
+    dataplane = service.dataplane
+    stats = statistics(service.mesh, dataplane.counters())
+    # frames lost at the packet sockets (the control process's and the data plane's rings)
+    stats["drop_socket_buffer"] = (sum(s.statistics()[1] for s in service.sockets.values())
+                                   + dataplane.status()["drops"]["socket"])
+    for sock in service.sockets.values():  # e.g. ENETDOWN, once per interface going down
+        for name, count in sock.errors.items():
+            stats[f"rx_socket_error_{name}"] = stats.get(f"rx_socket_error_{name}", 0) + count
+    return stats
+
+
+def dataplane_now(service) -> dict:
+    """Per-worker counters and drops by place (socket rings, TAP queue, daemon)."""
+    status = service.dataplane.status()
+    status["mode"] = "inline" if not status["workers"] else f"{len(status['workers'])} workers"
+    # tap: frames the host could not queue to the TAP (no worker read them in time);
+    # tap_write: frames for the host whose TAP write failed (the host's backlog was full)
+    status["drops"]["tap"] = sysfs_int(service.softif.name, "statistics/tx_dropped") or 0
+    status["drops"]["tap_write"] += service.softif.write_dropped
+    status["counters"] = service.dataplane.counters()
+    return status
+
+
+def table_sizes(mesh: Mesh) -> dict[str, int]:
+    """The entries of each table batmanctl lists (by key: a client of tg once, however many
+    originators announce it)."""
+    return {"originators": len(mesh.originators.nodes), "neighbours": sum(len(i.neighbours) for i in mesh.ifaces),
+            "tt_local": len(mesh.tt.local), "tt_global": len(mesh.tt.global_), "dat": len(mesh.dat.cache),
+            "bla_claims": len(mesh.bla.claims), "bla_backbones": len(mesh.bla.backbones),
+            "mcast": len(mesh.multicast.peers), "gateways": len(mesh.gateway.gateways)}
+
+
+def table_limits(mesh: Mesh) -> dict[str, int]:
+    """The limits of the tables that have one as a whole (neighbours are limited per hard
+    interface and originator)."""
+    config = mesh.config
+    return {"originators": config.max_originators, "tt_local": config.max_local_tt_entries,
+            "tt_global": config.max_global_tt_entries, "dat": config.max_dat_entries,
+            "bla_claims": config.max_bla_claims, "bla_backbones": config.max_bla_backbones}

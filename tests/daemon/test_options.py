@@ -99,6 +99,7 @@ NOT_SETTINGS = {"mesh", "hardif", "argv"}  # Options fields the keys fill in
 BAD_TEXT = {"meshif": "bat/0", "interfaces": ["an-interface-name-too-long"], "control_socket": "/" + "s" * 120,
             "state_dir": "relative/dir", "event_hook": "relative/hook", "control_group": "no-such-group-here", "mac": "01:00:5e:00:00:01",
             "alfred_socket": "relative/alfred.sock",
+            "metrics_listen": "localhost:9140",
             "vlans": [5, 4095]}
 
 
@@ -121,6 +122,25 @@ def test_every_key_is_in_the_schema_with_a_range():
         assert s.allowed.parse(s.default) == s.default, s.name  # the default is allowed
         if isinstance(s.allowed, (Text, ListOf)):
             assert s.name in BAD_TEXT, f"{s.name}: add an out-of-range example to BAD_TEXT"
+
+
+@pytest.mark.parametrize("value,message", [
+    ("localhost:9140", "'localhost' is not an IP address (host names are not looked up)"),
+    ("::1:9140", "write an IPv6 address in brackets"),
+    ("[127.0.0.1]:9140", "only an IPv6 address goes in brackets"),
+    ("127.0.0.1", "has no port 1..65535"),
+    ("127.0.0.1:0", "has no port 1..65535"),
+    (":65536", "has no port 1..65535"),
+    ("1.2.3.4: 80", "is not allowed"),
+])
+def test_metrics_listen(tmp_path, value, message):
+    assert load([]).metrics_listen == ""  # off by default
+    for good in ("127.0.0.1:9140", "[::1]:9140", ":9140", "[fe80::1]:1", ""):
+        assert load(["--set", f"metrics_listen={good}"]).metrics_listen == good
+    with pytest.raises(OptionsError) as refused:
+        load(["--config", str(_write(tmp_path, f"metrics_listen = {json.dumps(value)}\n"))])
+    assert str(refused.value).startswith(f"{tmp_path / 'bat0.toml'}: metrics_listen: {value!r}")
+    assert message in str(refused.value)
 
 
 # ---------------------------------------------------------------------------------------

@@ -67,7 +67,7 @@ def test_tp_across_a_relay_with_the_default_test_length_cut_short_by_ctrl_c(line
     assert proc.returncode == 0, out + err
     ms, total, mbps = parse(out)
     print(f"n1 -> n3 (via n2): {mbps:.1f} Mbit/s ({total} bytes in {ms} ms)")
-    assert 1300 <= ms <= 2500 and mbps >= FLOOR_MBPS / 2
+    assert 700 <= ms <= 2500 and mbps >= FLOOR_MBPS / 2  # started after batmanctl did (~0.3 s), cut at 1.5 s
 
 
 def test_a_client_that_goes_away_ends_its_test(line3):

@@ -329,8 +329,8 @@ JSON_VERBS = {  # verb -> (batctl's arguments, batmanctl's arguments, a dump?)
     "tgj": (["tgj"], ["tgj"], True), "gwj": (["gwj"], ["gwj"], True), "clj": (["clj"], ["clj"], True),
     "bbj": (["bbj"], ["bbj"], True), "dcj": (["dcj"], ["dcj"], True), "mfj": (["mfj"], ["mfj"], True),
     "hj": (["hj"], ["hj"], True), "mj": (["mj"], ["mj"], False),
-    "hardif_json": (["hardif", "eth0", "hj"], ["hardif_json", "e-n3"], False),
-    "vlan_json": (["meshif", "bat0", "vid", "1", "vj"], ["vlan_json", str(OUR_VLAN)], False),
+    "hardif_json": (["hardif", "eth0", "hj"], ["hardif", "e-n3", "hj"], False),
+    "vlan_json": (["meshif", "bat0", "vid", "1", "vj"], ["meshif", "bat0", "vid", str(OUR_VLAN), "vj"], False),
 }
 
 

@@ -312,20 +312,10 @@ def run_routing_algo(args) -> int:
 
 
 def _c_ulong(text: str) -> int:
-    """strtoul(text, &end, 0) accepting the whole string: 0x.. hex, 0.. octal, decimal."""
-    t = text.strip()
     try:
-        if t.lower().startswith("0x"):
-            value = int(t[2:], 16)
-        elif len(t) > 1 and t.startswith("0"):
-            value = int(t[1:], 8)
-        else:
-            value = int(t, 10)
+        return grammar.strtoul(text)
     except ValueError:
         raise UsageError(f"the supplied argument is invalid: {text}") from None
-    if value < 0:
-        raise UsageError(f"the supplied argument is invalid: {text}")
-    return value
 
 
 def _parse_uint(setting, label: str) -> Callable[[str], int]:

@@ -196,20 +196,29 @@ class Invocation:
     warnings: list[str] = field(default_factory=list)
 
 
+def strtoul(text: str) -> int:
+    """strtoul(text, &end, 0) taking the whole string: 0x.. hex, 0.. octal, else decimal;
+    ValueError otherwise (batctl's number syntax)."""
+    t = text.strip()
+    if not t.isascii() or not t.isalnum():  # int() would also take "1_000", "+5", "٣"
+        raise ValueError(text)
+    if t.lower().startswith("0x"):
+        value = int(t[2:], 16)
+    elif len(t) > 1 and t.startswith("0"):
+        value = int(t[1:], 8)
+    else:
+        value = int(t, 10)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
 def parse_vid(text: str) -> int:
     """batctl's translate_vid: strtoul base 0, at most 4095."""
-    t = text.strip()
     try:
-        if t.lower().startswith("0x"):
-            value = int(t[2:], 16)
-        elif len(t) > 1 and t.startswith("0"):
-            value = int(t[1:], 8)
-        else:
-            value = int(t, 10)
+        value = strtoul(text)
     except ValueError:
         raise GrammarError("unparsable vid") from None
-    if value < 0:
-        raise GrammarError("unparsable vid")
     if value > MAX_VID:
         raise GrammarError(f"too large vid (max {MAX_VID})")
     return value

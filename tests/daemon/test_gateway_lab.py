@@ -149,9 +149,13 @@ class EventWatch:
 
 
 def _text_events(lines: list[str]) -> list[tuple[str, str | None]]:
-    """("add", MAC) / ("change", MAC) / ("del", None) from `bat0: uevent gw ACTION [MAC]` lines."""
+    """("add", MAC) / ("change", MAC) / ("del", None) from `bat0: uevent gw ACTION [MAC]` lines;
+    the settings' notifications (batctl's `bat0: set mesh:` and its `* key value` lines, sent
+    when the test changes gw_mode) are skipped."""
     out = []
     for line in lines:
+        if re.fullmatch(r"bat0(?: \(\S+\))?: set (?:mesh|hardif|vlan):|\* \S+ .*", line):
+            continue
         m = re.fullmatch(r"bat0: uevent gw (add|change|del)(?: ([0-9a-f:]{17}))?", line)
         assert m, f"unexpected event line {line!r}"
         out.append((m[1], m[2]))
@@ -162,6 +166,8 @@ def _json_events(lines: list[str]) -> list[tuple[str, str | None]]:
     out = []
     for line in lines:
         event = json.loads(line)
+        if event.get("kind") in ("set_mesh", "set_hardif"):  # the settings' notifications
+            continue
         assert (event["meshif"], event["type"]) == ("bat0", "gw"), event
         out.append((event["action"], event.get("data") or None))
     return out

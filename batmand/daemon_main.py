@@ -3,10 +3,24 @@
 from __future__ import annotations
 
 import logging
+import logging.handlers
 import sys
 
-from batmand.daemon.options import OptionsError, load
+from batmand.daemon.options import LOG_FILE_BYTES, OptionsError, load
 from batmand.daemon.service import AlreadyRunning, Service
+
+
+LOG_FORMAT = "batmand[%(name)s] %(levelname)s %(message)s"
+
+
+def _log_to(path: str | None) -> None:
+    """stderr (the journal under systemd), or a file kept small by rotation."""
+    if path is None:
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=LOG_FORMAT)
+        return
+    handler = logging.handlers.RotatingFileHandler(path, maxBytes=LOG_FILE_BYTES // 2, backupCount=1)
+    handler.setFormatter(logging.Formatter("%(asctime)s " + LOG_FORMAT))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -15,12 +29,12 @@ def main(argv: list[str] | None = None) -> int:
         from batmand.daemon.install import main as install
 
         return install(argv[1:])
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="batmand[%(name)s] %(levelname)s %(message)s")
     try:
         options = load(argv)
     except OptionsError as exc:
         print(f"batmand: {exc}", file=sys.stderr)
         return 2
+    _log_to(options.log_file)
     try:
         import uvloop
 

@@ -139,15 +139,27 @@ def destroy(meshif: str, socket: str | None = None) -> None:
 
     if not _wait(lambda: not is_running(meshif, socket), STOP_TIMEOUT):
         raise MeshError("Device or resource busy (batmand did not stop)")
+    remove_logs(meshif)  # gone with the interface, as nothing of a kernel's batX stays
+
+
+def remove_logs(meshif: str) -> None:
+    """The background daemon's log files of this mesh interface and network namespace."""
+    log = log_path(meshif)
+    for path in (log, log + ".1", log + ".stderr"):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
 
 def _background_start(meshif: str, algo: str, socket: str | None) -> None:
     os.makedirs(LOG_DIR, mode=0o755, exist_ok=True)
     log = log_path(meshif)
-    argv = [sys.executable, "-m", "batmand.daemon_main", "-m", meshif, "--routing-algo", algo]
+    argv = [sys.executable, "-m", "batmand.daemon_main", "-m", meshif, "--routing-algo", algo, "--log-file", log]
     if socket:
         argv += ["--control-socket", socket]
-    with open(log, "ab") as out, open(os.devnull, "rb") as devnull:
+    # the log rotates (--log-file); stderr only gets what escapes logging, e.g. a crash
+    with open(log + ".stderr", "wb") as out, open(os.devnull, "rb") as devnull:
         proc = subprocess.Popen(argv, stdin=devnull, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                 close_fds=True)
 
@@ -158,7 +170,8 @@ def _background_start(meshif: str, algo: str, socket: str | None) -> None:
 
     _wait(up, START_TIMEOUT)
     if proc.poll() is not None:
-        raise MeshError(f"batmand exited with status {proc.returncode}: {_log_tail(log)} (log: {log})")
+        why = _log_tail(log + ".stderr") or _log_tail(log)
+        raise MeshError(f"batmand exited with status {proc.returncode}: {why} (log: {log})")
     if not is_running(meshif, socket):
         proc.terminate()
         raise MeshError(f"Timer expired (batmand did not answer within {START_TIMEOUT:.0f} s; log: {log})")

@@ -27,6 +27,7 @@ from batmand import __version__
 from .protocol import default_socket_path
 
 MAX_WORKERS = 64
+LOG_FILE_BYTES = 512 * 1024  # --log-file: a daemon started in the background must not fill /run
 
 
 class Workers(Range):
@@ -148,6 +149,7 @@ class Options:
     # per hard interface, the keys given: {"eth0": {"throughput_override": kbit/s, "elp_interval": ms, ...}}
     hardif: dict = field(default_factory=dict)
     argv: list | None = None  # the command line, to read the configuration again on SIGHUP
+    log_file: str | None = None  # --log-file: a bounded log instead of stderr (batmanctl interface create)
 
     @property
     def socket_path(self) -> str:
@@ -246,6 +248,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--routing-algo", choices=MESH_SETTINGS["routing_algo"].allowed.values, help="routing algorithm")
     p.add_argument("--state-dir", metavar="DIR", help="where seqnos are kept across restarts")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="any configuration key")
+    p.add_argument("--log-file", metavar="PATH", help=f"log to PATH, kept under {LOG_FILE_BYTES // 1024} KiB "
+                   "(one older file PATH.1 besides), instead of to stderr")
     p.add_argument("--version", action="version", version=f"batmand {__version__} (batman-adv compat 15)")
     return p
 
@@ -254,6 +258,7 @@ def load(argv: list[str] | None = None) -> Options:
     args = parser().parse_args(argv)
     options = _load(args)
     options.argv = list(argv) if argv is not None else None
+    options.log_file = args.log_file
     return options
 
 

@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -18,6 +19,12 @@ from tests.daemon.labs import wait_for
 from tests.netns import ip, namespace
 
 MAC = r"[0-9a-f]{2}(?::[0-9a-f]{2}){5}"
+
+
+def _remove_logs(ns: str) -> None:
+    """The background daemons' logs in /run/batmand (destroy removes them; a failed test may not)."""
+    subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c",
+                    "from batmand.cli import meshes; meshes.remove_logs('bat0')"], check=False)
 
 
 def _kill_namespace_processes(ns: str) -> None:
@@ -55,6 +62,7 @@ def pair():
         finally:
             for ns in (a, b):
                 _kill_namespace_processes(ns)
+                _remove_logs(ns)
 
 
 def run(batctl, ns, line: str, check=True) -> subprocess.CompletedProcess:

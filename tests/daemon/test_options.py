@@ -94,7 +94,7 @@ def test_data_plane_settings():
 # --set, the control socket and batmanctl
 
 BATMAND = [sys.executable, "-m", "batmand.daemon_main"]
-NOT_SETTINGS = {"mesh", "hardif", "argv"}  # Options fields the keys fill in
+NOT_SETTINGS = {"mesh", "hardif", "argv", "log_file"}  # Options fields the keys fill in
 # out-of-range strings for keys whose range is a pattern (a TOML string and a --set word)
 BAD_TEXT = {"meshif": "bat/0", "interfaces": ["an-interface-name-too-long"], "control_socket": "/" + "s" * 120,
             "state_dir": "relative/dir", "event_hook": "relative/hook", "control_group": "no-such-group-here", "mac": "01:00:5e:00:00:01",

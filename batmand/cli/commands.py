@@ -23,7 +23,7 @@ from batmand.core import ping
 from batmand.core.config import HARDIF_SETTINGS
 from batmand.daemon import options
 
-from . import grammar, json_verbs, meshes, tables, topology
+from . import grammar, meshes, tables
 from .client import SOCKET_ENV, Client, ControlError, DaemonError, socket_path
 from .hosts import is_valid_unicast, load_bat_hosts, resolve_destination
 
@@ -652,7 +652,6 @@ def _ping_arg(allowed, integer: bool = False) -> Callable[[str], float]:
 
 
 def add_parsers(subparsers) -> None:
-    json_verbs.add_parsers(subparsers)
     for table in TABLES:
         p = subparsers.add_parser(table.name, aliases=[table.abbr], help=table.help)
         _add_table_options(p)
@@ -752,4 +751,3 @@ def add_parsers(subparsers) -> None:
     p.add_argument("dest", metavar="mac|bat-host|host_name|IP_address")
     p.set_defaults(func=run_translate)
 
-    topology.add_parser(subparsers)

@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
+from .commands import client_for
 from .tables import norm_mac
 
 # --- values --------------------------------------------------------------------------------
@@ -169,8 +170,6 @@ JSON_VERBS = (
 
 
 def run(args) -> int:
-    from .commands import client_for  # commands imports this module for its hook
-
     sys.stdout.write(args.json_verb.render(client_for(args), args))
     sys.stdout.flush()
     return 0

@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 
-from . import commands, event, grammar, install_batctl, tcpdump, throughputmeter
+from . import commands, event, grammar, install_batctl, json_verbs, tcpdump, throughputmeter, topology
 from .client import SOCKET_ENV, Client, ControlError, NoDaemon, socket_path
 from .commands import UsageError
 
@@ -28,6 +28,8 @@ def build_parser(prog: str = "batmanctl") -> argparse.ArgumentParser:
     commands.add_parsers(subparsers)
     tcpdump.add_parser(subparsers)
     throughputmeter.add_parser(subparsers)
+    json_verbs.add_parsers(subparsers)
+    topology.add_parser(subparsers)
     install_batctl.add_parser(subparsers)
     event.add_parser(subparsers)
     for command in grammar.COMMANDS:  # a batctl command without an implementation says so

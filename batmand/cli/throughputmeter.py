@@ -18,6 +18,7 @@ import sys
 from batmand.core.tp_meter import TEST_LENGTH, TpReason
 
 from .client import ControlError
+from .commands import client_for, emit
 from .hosts import load_bat_hosts, parse_mac
 
 USAGE = ("Usage: batctl tp [parameters] <MAC>", "Parameters:", "\t -t <time> test length in milliseconds",
@@ -91,7 +92,6 @@ def _destination(text: str) -> str | None:
 
 
 def run(args) -> int:
-    from .commands import client_for, emit  # the command plumbing (commands imports this module's parser)
 
     if args.dest is None:
         return _usage()

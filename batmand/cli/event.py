@@ -1,4 +1,5 @@
-"""batctl event|e: what the mesh interfaces of this namespace report, as batctl prints the
+"""batctl event|e: what the mesh interfaces of this namespace report (also those created
+after it started), as batctl prints the
 kernel's generic-netlink events (event.c): settings changed (set mesh / set hardif), a
 throughput meter's result; plus the uevents (gateway add/change/del), which batctl does not
 show (the kernel sends them to udev), in the form `bat0: uevent gw add MAC`."""
@@ -81,6 +82,9 @@ def event_lines(event: dict) -> list[str]:
     return [tables.event_line(event)]
 
 
+RESCAN = 2.0  # seconds between looks for mesh interfaces that came up
+
+
 def _meshifs(args) -> list[str]:
     """batctl event is global: every mesh interface of the namespace (or the one --socket names)."""
     if args.socket or os.environ.get(SOCKET_ENV):
@@ -88,37 +92,62 @@ def _meshifs(args) -> list[str]:
     return grammar.running_meshes()
 
 
-def run_event(args) -> int:
-    meshifs = _meshifs(args)
-    if not meshifs:
-        raise ControlError("no batmand running in this network namespace")
-    arrived: queue.Queue = queue.Queue()
-    streams = []
-    for meshif in meshifs:
-        client = client_for(args) if args.socket else Client(socket_path(meshif), meshif)
-        stream = client.stream("events")
-        streams.append(stream)
+class Follower:
+    """The event streams of the namespace's mesh interfaces, one reader thread each, opened
+    as the interfaces appear and dropped as they go: batctl event listens to the kernel's
+    multicast group and so hears every batX, also one created after it started."""
 
-        def pump(stream=stream):
-            try:
-                for event in stream:
-                    arrived.put(event)
-            except (ControlError, OSError, ValueError):
-                pass
-            arrived.put(None)
+    def __init__(self, args) -> None:
+        self.args = args
+        self.arrived: queue.Queue = queue.Queue()
+        self.streams: dict[str, object] = {}
 
-        threading.Thread(target=pump, daemon=True).start()
-    last = time.time()
-    open_streams = len(streams)
-    try:
-        while open_streams:
+    def refresh(self) -> None:
+        for meshif in _meshifs(self.args):
+            if meshif in self.streams:
+                continue
+            client = client_for(self.args) if self.args.socket else Client(socket_path(meshif), meshif)
             try:
-                event = arrived.get(timeout=0.5)  # a bounded wait: Ctrl-C is seen at once
+                stream = client.stream("events")
+            except ControlError:
+                continue  # not (or no longer) there: the next look tries again
+            self.streams[meshif] = stream
+            threading.Thread(target=self._pump, args=(meshif, stream), daemon=True).start()
+
+    def _pump(self, meshif: str, stream) -> None:
+        try:
+            for event in stream:
+                self.arrived.put((meshif, event))
+        except (ControlError, OSError, ValueError):
+            pass
+        self.arrived.put((meshif, None))
+
+    def events(self):
+        """Events as they arrive, until interrupted."""
+        next_scan = 0.0
+        while True:
+            if time.monotonic() >= next_scan:
+                self.refresh()
+                next_scan = time.monotonic() + RESCAN
+            try:
+                meshif, event = self.arrived.get(timeout=0.5)  # a bounded wait: Ctrl-C is seen at once
             except queue.Empty:
                 continue
             if event is None:
-                open_streams -= 1
+                self.streams.pop(meshif, None)
                 continue
+            yield event
+
+    def close(self) -> None:
+        for stream in self.streams.values():
+            stream.interrupt()  # the reader threads end; their streams close themselves
+
+
+def run_event(args) -> int:
+    follower = Follower(args)
+    last = time.time()
+    try:
+        for event in follower.events():
             if args.json:
                 emit([dumps(event)])
                 continue
@@ -131,8 +160,7 @@ def run_event(args) -> int:
             lines = event_lines(event)
             emit([prefix + lines[0], *lines[1:]])
     except KeyboardInterrupt:
-        for stream in streams:
-            stream.interrupt()  # the pump threads end; their streams close themselves
+        follower.close()
     return 0
 
 

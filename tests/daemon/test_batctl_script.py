@@ -200,3 +200,27 @@ def test_vlan_selectors_find_a_real_vlan_device(batctl, pair):
         assert vj["vlanid"] == 10 and vj["mesh_ifname"] == "bat0", (line, vj)
     wrong_scope = run(batctl, gw, "vlan bat0.10 o", check=False)
     assert wrong_scope.stderr.startswith("Error - no valid command or debug table/JSON specified: o")
+
+
+def test_event_hears_a_mesh_created_after_it_started(batctl, pair):
+    """batctl event listens before there is any bat0, as batctl does, and then hears it."""
+    ns, _ = pair
+    events = subprocess.Popen(["ip", "netns", "exec", ns, batctl, "event"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        time.sleep(0.5)
+        assert events.poll() is None  # no mesh yet: it waits
+        run(batctl, ns, "interface create")
+        run(batctl, ns, "interface add mesh0")
+        time.sleep(2.5)  # the follower looks for new meshes every 2 s
+        run(batctl, ns, "it 800")
+        lines = []
+        while "* orig_interval 800 ms\n" not in lines:
+            line = events.stdout.readline()
+            assert line, (lines, events.stderr.read())
+            lines.append(line)
+    finally:
+        events.send_signal(signal.SIGINT)
+        events.communicate(timeout=10)
+    assert "bat0: set mesh:\n" in lines

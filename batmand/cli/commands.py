@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from batmand.core.config import HARDIF_SETTINGS
 from batmand.daemon import options
 
 from . import grammar, meshes, tables
-from .client import SOCKET_ENV, Client, ControlError, DaemonError, socket_path
+from .client import Client, ControlError, DaemonError, socket_path
 from .hosts import is_valid_unicast, load_bat_hosts, resolve_destination
 
 CLEAR_SCREEN = "\033[2J\033[0;0f"  # batctl's watch mode: clear, cursor to 0,0
@@ -276,12 +275,8 @@ def run_dataplane(args) -> int:
 
 def routing_algos(args) -> dict:
     """batctl ra: each running mesh's algorithm, the one the next created mesh gets, all."""
-    if args.socket or os.environ.get(SOCKET_ENV):
-        meshifs = [args.meshif]
-    else:
-        meshifs = grammar.running_meshes()
     active = {}
-    for meshif in meshifs:
+    for meshif in grammar.meshes_to_ask(args.meshif, args.socket):
         try:
             info = Client(socket_path(meshif, args.socket), meshif).request("mesh_info") or {}
         except ControlError:

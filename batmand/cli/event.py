@@ -6,13 +6,12 @@ show (the kernel sends them to udev), in the form `bat0: uevent gw add MAC`."""
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 import time
 
 from . import grammar, tables
-from .client import SOCKET_ENV, Client, ControlError, socket_path
+from .client import Client, ControlError, socket_path
 from .commands import client_for, dumps, emit
 
 BOOL = ("disabled", "enabled")  # batctl's u8_to_boolstr
@@ -85,13 +84,6 @@ def event_lines(event: dict) -> list[str]:
 RESCAN = 2.0  # seconds between looks for mesh interfaces that came up
 
 
-def _meshifs(args) -> list[str]:
-    """batctl event is global: every mesh interface of the namespace (or the one --socket names)."""
-    if args.socket or os.environ.get(SOCKET_ENV):
-        return [args.meshif]
-    return grammar.running_meshes()
-
-
 class Follower:
     """The event streams of the namespace's mesh interfaces, one reader thread each, opened
     as the interfaces appear and dropped as they go: batctl event listens to the kernel's
@@ -103,7 +95,7 @@ class Follower:
         self.streams: dict[str, object] = {}
 
     def refresh(self) -> None:
-        for meshif in _meshifs(self.args):
+        for meshif in grammar.meshes_to_ask(self.args.meshif, self.args.socket):  # batctl event is global
             if meshif in self.streams:
                 continue
             client = client_for(self.args) if self.args.socket else Client(socket_path(meshif), meshif)

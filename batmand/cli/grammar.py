@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 from batmand import __version__
 
+from .client import SOCKET_ENV
+
 BATCTL_VERSION = "2023.3"  # the batctl whose grammar and output we follow
 DEFAULT_MESHIF = "bat0"
 MAX_VID = 4095
@@ -175,6 +177,14 @@ def running_meshes() -> list[str]:
     except OSError:
         pass
     return sorted(found)
+
+
+def meshes_to_ask(meshif: str, socket: str | None) -> list[str]:
+    """The mesh interfaces a namespace-wide command (event, ra, finding a hardif's mesh) asks:
+    the one an explicit socket (--socket, $BATMAND_SOCKET) names, else every running one."""
+    if socket or os.environ.get(SOCKET_ENV):
+        return [meshif]
+    return running_meshes()
 
 
 # ---------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import os
 import sys
 
 from . import commands, event, grammar, install_batctl, json_verbs, tcpdump, throughputmeter, topology
-from .client import SOCKET_ENV, Client, ControlError, NoDaemon, socket_path
+from .client import Client, ControlError, NoDaemon, socket_path
 from .commands import UsageError
 
 
@@ -42,11 +42,7 @@ def build_parser(prog: str = "batmanctl") -> argparse.ArgumentParser:
 
 def hardif_mesh(ifname: str, inv: grammar.Invocation) -> str | None:
     """The mesh interface whose batmand has `ifname` (batctl reads the interface's master)."""
-    if inv.socket or os.environ.get(SOCKET_ENV):
-        candidates = [inv.meshif]
-    else:
-        candidates = grammar.running_meshes()
-    for meshif in candidates:
+    for meshif in grammar.meshes_to_ask(inv.meshif, inv.socket):
         try:
             rows = Client(socket_path(meshif, inv.socket), meshif, timeout=2.0).request("interfaces") or []
         except ControlError:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Callable, Protocol
 
 Receiver = Callable[[float, object, object, bytes], None]  # (now, hard interface, decoded frame, raw)
+Parser = Callable[[bytes], list]  # raw frame -> its packets as the receiver reads them (WireError: malformed)
 
 
 class RoutingAlgorithm(Protocol):
@@ -27,6 +28,8 @@ class RoutingAlgorithm(Protocol):
 
     # announcements and timers
     def receivers(self) -> dict[int, Receiver]: ...
+    # optional: packet types read in place instead of by decode_frame (what the receiver gets)
+    def parsers(self) -> dict[int, Parser]: ...
     def tick(self, now: float) -> None: ...
     def next_deadline(self) -> float: ...
 

@@ -6,11 +6,11 @@ hard interfaces, the TVLVs, route updates and transmission."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 
-from batmand.wire import BROADCAST, IvOgm, Mac, OgmFlags, build_frame
+from batmand.wire import BROADCAST, ETH_P_BATMAN, Ethernet, IvOgm, OgmFlags
 from batmand.wire.constants import TTL, PacketType
+from batmand.wire.ogm_walk import FLAGS_OFFSET, TTL_OFFSET, IvOgmFields, TvlvCache, patched, walk_iv_ogms, with_flags
 
 from .algorithm import algo_state, jittered, register, routed_metric
 from .bitarray import WINDOW_SIZE, bit_get_packet, popcount, seq_diff32, window_protected
@@ -18,7 +18,6 @@ from .hardif import HardInterface
 from .originator import NeighIfInfo, NeighNode, OrigIfInfo, OrigNode
 
 TQ_MAX = 255
-OGM_HLEN = 24
 MAX_AGGREGATION_BYTES = 512
 MAX_AGGREGATION_PACKETS = 32
 MAX_AGGREGATION_MS = 100
@@ -93,13 +92,14 @@ def _echo_count(info: OrigIfInfo | None) -> int:
 
 @dataclass(eq=False)
 class ForwPacket:
-    """An OGM aggregate waiting for its send time on one outgoing interface."""
+    """An OGM aggregate waiting for its send time on one outgoing interface: each OGM as
+    the bytes it will be sent as (DIRECTLINK aside, which depends on the interface)."""
 
     send_time: float
     if_incoming: HardInterface
     if_outgoing: HardInterface
     own: bool
-    ogms: list[IvOgm] = field(default_factory=list)
+    ogms: list[bytes] = field(default_factory=list)
     direct_link: list[bool] = field(default_factory=list)
     size: int = 0
 
@@ -120,9 +120,17 @@ class BatmanIV:
         self.queue: list[ForwPacket] = []
         self.silent = False
         self._saved_seqnos: dict[str, int] = {}  # interface MAC -> OGM seqno to continue from
+        self.tvlv_cache = TvlvCache()  # originators repeat their containers every second
 
     def receivers(self) -> dict:
         return {PacketType.IV_OGM: self.receive}
+
+    def parsers(self) -> dict:
+        """OGM aggregates are read in place (wire.ogm_walk), not through decode_frame."""
+        return {PacketType.IV_OGM: self.parse}
+
+    def parse(self, data) -> list[IvOgmFields]:
+        return walk_iv_ogms(data, self.tvlv_cache)
 
     # --- metric used by the generic parts (purge, TT best originator, gateways) -----------
 
@@ -231,14 +239,13 @@ class BatmanIV:
         is_primary = iface is primary
         tvlvs = self.mesh.ogm_tvlvs(now) if is_primary and iface.active else []
         ogm = IvOgm(ttl=TTL if is_primary else 2, flags=0, seqno=iface.algo.ogm_seqno, orig=iface.mac,
-                    prev_sender=iface.mac, tq=TQ_MAX, tvlvs=tvlvs)
+                    prev_sender=iface.mac, tq=TQ_MAX, tvlvs=tvlvs).encode()
         iface.algo.ogm_seqno = (iface.algo.ogm_seqno + 1) & 0xFFFFFFFF
         self._slide_own_window(iface)
         send_time = jittered(self.mesh, now, self.mesh.config.orig_interval_ms)
-        size = OGM_HLEN + ogm.tvlv_len
         targets = self.mesh.active_ifaces() if is_primary and iface.active else [iface]
         for out in targets:
-            self._queue_add(ogm, size, iface, out, own=True, send_time=send_time)
+            self._queue_add(ogm, iface, out, own=True, send_time=send_time)
 
     def silence(self) -> None:
         """Send no OGMs of our own (replaying a capture of another node)."""
@@ -261,7 +268,7 @@ class BatmanIV:
 
     # --- aggregation queue ------------------------------------------------------------------
 
-    def _can_aggregate(self, ogm: IvOgm, size: int, send_time: float, direct_link: bool,
+    def _can_aggregate(self, ttl: int, size: int, send_time: float, direct_link: bool,
                        if_incoming: HardInterface, if_outgoing: HardInterface, packet: ForwPacket) -> bool:
         """batadv_iv_ogm_can_aggregate."""
         if not (send_time < packet.send_time <= send_time + MAX_AGGREGATION_MS / 1000.0):
@@ -272,22 +279,25 @@ class BatmanIV:
             return False
         primary = self.mesh.primary
         first = packet.ogms[0]
+        first_direct = first[FLAGS_OFFSET] & OgmFlags.DIRECTLINK
         # both "global" OGMs (no direct link, TTL > 1), and not an own secondary-iface OGM
-        if (not direct_link and not first.flags & OgmFlags.DIRECTLINK and first.ttl != 1
+        if (not direct_link and not first_direct and first[TTL_OFFSET] != 1
                 and (not packet.own or packet.if_incoming is primary)):
             return True
         # a direct-link OGM that only goes out here, joining direct-link / own secondary OGMs
-        return (direct_link and ogm.ttl == 1 and packet.if_incoming is if_incoming
-                and (bool(first.flags & OgmFlags.DIRECTLINK) or (packet.own and packet.if_incoming is not primary)))
+        return (direct_link and ttl == 1 and packet.if_incoming is if_incoming
+                and (bool(first_direct) or (packet.own and packet.if_incoming is not primary)))
 
-    def _queue_add(self, ogm: IvOgm, size: int, if_incoming: HardInterface, if_outgoing: HardInterface, *,
+    def _queue_add(self, ogm: bytes, if_incoming: HardInterface, if_outgoing: HardInterface, *,
                    own: bool, send_time: float) -> None:
         """batadv_iv_ogm_queue_add: join a pending aggregate or start one."""
-        direct_link = bool(ogm.flags & OgmFlags.DIRECTLINK)
+        direct_link = bool(ogm[FLAGS_OFFSET] & OgmFlags.DIRECTLINK)
+        size = len(ogm)
         aggregating = self.mesh.config.aggregation
         if aggregating and not own:
+            ttl = ogm[TTL_OFFSET]
             for packet in self.queue:
-                if self._can_aggregate(ogm, size, send_time, direct_link, if_incoming, if_outgoing, packet):
+                if self._can_aggregate(ttl, size, send_time, direct_link, if_incoming, if_outgoing, packet):
                     packet.ogms.append(ogm)
                     packet.direct_link.append(direct_link)
                     packet.size += size
@@ -315,40 +325,40 @@ class BatmanIV:
         """batadv_iv_ogm_send_to_if: DIRECTLINK survives only on the interface the OGM came in."""
         out = packet.if_outgoing
         if packet.if_incoming.active and out.active and self.mesh.primary is not None:
-            ogms = []
+            parts = [Ethernet(BROADCAST, out.mac, ETH_P_BATMAN).encode()]
+            here = packet.if_incoming is out
             for ogm, direct in zip(packet.ogms, packet.direct_link):
-                flags = ogm.flags | OgmFlags.DIRECTLINK if direct and packet.if_incoming is out \
-                    else ogm.flags & ~OgmFlags.DIRECTLINK
-                ogms.append(dataclasses.replace(ogm, flags=flags) if flags != ogm.flags else ogm)
-            frame = build_frame(BROADCAST, out.mac, *ogms)
-            self.mesh.transmit(out, frame, mgmt=True)
+                flags = ogm[FLAGS_OFFSET]
+                parts.append(with_flags(ogm, flags | OgmFlags.DIRECTLINK if direct and here
+                                        else flags & ~OgmFlags.DIRECTLINK))
+            self.mesh.transmit(out, b"".join(parts), mgmt=True)
         if packet.own and packet.if_incoming is packet.if_outgoing:
             self.schedule_own(now, packet.if_incoming)
 
     # --- receive ----------------------------------------------------------------------------
 
-    def receive(self, now: float, iface: HardInterface, frame, data: bytes) -> None:
+    def receive(self, now: float, iface: HardInterface, ogms: list[IvOgmFields], data: bytes) -> None:
         """batadv_iv_ogm_receive: every element of the aggregate, within the kernel's walk."""
         offset = 0
-        for ogm, size in zip(frame.packets, frame.sizes):
-            offset += size
+        eth_src = bytes(data[6:12])
+        for ogm in ogms:
+            offset += len(ogm.raw)
             if offset > MAX_AGGREGATION_BYTES:  # the kernel's receive walk stops here
                 self.mesh.counters.drop("ogm_beyond_aggregation_limit")
                 break
-            self._process(now, iface, frame.ethernet.h_source, ogm, size)
+            self._process(now, iface, eth_src, ogm)
 
-    def _process(self, now: float, if_incoming: HardInterface, eth_src: Mac, ogm: IvOgm, size: int) -> None:
+    def _process(self, now: float, if_incoming: HardInterface, eth_src: bytes, ogm: IvOgmFields) -> None:
         """batadv_iv_ogm_process."""
         mesh = self.mesh
-        if ogm.packet_type != 0:
-            return
-        if mesh.is_my_mac(eth_src):
+        mine = mesh.my_macs
+        if eth_src in mine:
             mesh.counters.drop("ogm_from_myself")
             return
-        if mesh.is_my_mac(ogm.orig):
+        if ogm.orig in mine:
             self._count_echo(if_incoming, eth_src, ogm)
             return
-        if mesh.is_my_mac(ogm.prev_sender):
+        if ogm.prev_sender in mine:
             mesh.counters.drop("ogm_my_rebroadcast")
             return
         if ogm.flags & OgmFlags.NOT_BEST_NEXT_HOP:
@@ -357,11 +367,11 @@ class BatmanIV:
         orig_node = mesh.originators.get_or_create(ogm.orig, now)
         if orig_node is None:
             return
-        self._process_per_outif(now, if_incoming, eth_src, ogm, size, orig_node, None)
-        for out in mesh.active_ifaces():
-            self._process_per_outif(now, if_incoming, eth_src, ogm, size, orig_node, out)
+        self._process_per_outif(now, if_incoming, eth_src, ogm, orig_node, None)
+        for out in mesh.active:
+            self._process_per_outif(now, if_incoming, eth_src, ogm, orig_node, out)
 
-    def _count_echo(self, if_incoming: HardInterface, eth_src: Mac, ogm: IvOgm) -> None:
+    def _count_echo(self, if_incoming: HardInterface, eth_src: bytes, ogm: IvOgmFields) -> None:
         """A neighbour re-broadcast our own OGM: count it in bcast_own for the link check."""
         orig_neigh = self.mesh.originators.get(eth_src)
         if orig_neigh is None:
@@ -377,7 +387,7 @@ class BatmanIV:
             iv.bcast_own |= 1 << bit
             iv.bcast_own_sum = popcount(iv.bcast_own)
 
-    def _update_seqnos(self, now: float, if_incoming: HardInterface, eth_src: Mac, ogm: IvOgm,
+    def _update_seqnos(self, now: float, if_incoming: HardInterface, eth_src: bytes, ogm: IvOgmFields,
                        orig_node: OrigNode, outif) -> int:
         """batadv_iv_ogm_update_seqnos: duplicate status and the receive windows."""
         info = orig_node.ifinfo_new(outif)
@@ -409,7 +419,7 @@ class BatmanIV:
             info.last_real_seqno = ogm.seqno
         return status
 
-    def _process_per_outif(self, now: float, if_incoming: HardInterface, eth_src: Mac, ogm: IvOgm, size: int,
+    def _process_per_outif(self, now: float, if_incoming: HardInterface, eth_src: bytes, ogm: IvOgmFields,
                            orig_node: OrigNode, outif) -> None:
         """batadv_iv_ogm_process_per_outif. The kernel works on a private copy because the
         TQ gets rewritten; here the rewritten TQ is a local value and the OGM stays as is."""
@@ -450,13 +460,13 @@ class BatmanIV:
         if single_hop:
             if ogm.ttl <= 2 and if_incoming is not outif:
                 return  # secondary-interface OGMs are only echoed where they came in
-            self._forward(now, eth_src, ogm, size, tq, True, from_best, if_incoming, outif)
+            self._forward(now, eth_src, ogm, tq, True, from_best, if_incoming, outif)
             return
         if not bidirect or dup == NEIGH_DUP:
             return
-        self._forward(now, eth_src, ogm, size, tq, False, from_best, if_incoming, outif)
+        self._forward(now, eth_src, ogm, tq, False, from_best, if_incoming, outif)
 
-    def _calc_tq(self, now: float, orig_node: OrigNode, orig_neigh: OrigNode, ogm: IvOgm,
+    def _calc_tq(self, now: float, orig_node: OrigNode, orig_neigh: OrigNode, ogm: IvOgmFields,
                  if_incoming: HardInterface, outif) -> int:
         """batadv_iv_ogm_calc_tq: the OGM's TQ times the link quality toward the sender
         (>= 1 means bidirectional). Integer arithmetic in the kernel's order, so the TQs
@@ -484,7 +494,7 @@ class BatmanIV:
             tq_iface = hop_penalty(tq_iface, mesh.config.hop_penalty)  # half duplex
         return ogm.tq * tq_own * tq_asym * tq_iface // (TQ_MAX * TQ_MAX * TQ_MAX)
 
-    def _orig_update(self, now: float, orig_node: OrigNode, info, eth_src: Mac, ogm: IvOgm, tq: int,
+    def _orig_update(self, now: float, orig_node: OrigNode, info, eth_src: bytes, ogm: IvOgmFields, tq: int,
                      if_incoming: HardInterface, outif, dup: int) -> None:
         """batadv_iv_ogm_orig_update: TQ rings, then maybe a new router."""
         mesh = self.mesh
@@ -529,9 +539,9 @@ class BatmanIV:
     def _bcast_own_sum(neigh: NeighNode) -> int:
         return _echo_count(neigh.orig_node.ifinfo_get(neigh.if_incoming))
 
-    def _forward(self, now: float, eth_src: Mac, ogm: IvOgm, size: int, tq: int, single_hop: bool,
+    def _forward(self, now: float, eth_src: bytes, ogm: IvOgmFields, tq: int, single_hop: bool,
                  from_best: bool, if_incoming: HardInterface, outif: HardInterface) -> None:
-        """batadv_iv_ogm_forward."""
+        """batadv_iv_ogm_forward: the received bytes with the header fields rewritten."""
         if ogm.ttl <= 1:
             return
         flags = ogm.flags
@@ -540,7 +550,7 @@ class BatmanIV:
                 return
             flags |= OgmFlags.NOT_BEST_NEXT_HOP  # still echo it: the neighbour counts it
         flags = flags | OgmFlags.DIRECTLINK if single_hop else flags & ~OgmFlags.DIRECTLINK
-        fwd = dataclasses.replace(ogm, ttl=ogm.ttl - 1, prev_sender=Mac(eth_src),
-                                  tq=hop_penalty(tq, self.mesh.config.hop_penalty), flags=flags)
+        fwd = patched(ogm.raw, ttl=ogm.ttl - 1, flags=flags, prev_sender=eth_src,
+                      tq=hop_penalty(tq, self.mesh.config.hop_penalty))
         send_time = now + self.mesh.rng.randrange(self.mesh.config.jitter_ms // 2) / 1000.0
-        self._queue_add(fwd, size, if_incoming, outif, own=False, send_time=send_time)
+        self._queue_add(fwd, if_incoming, outif, own=False, send_time=send_time)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import random
 
-from batmand.wire import InnerFrame, Mac, UnicastTvlv, WireError, decode_frame
+from batmand.wire import BROADCAST, InnerFrame, Mac, UnicastTvlv, WireError, decode_frame
+from batmand.wire.ethernet import ETH_HLEN
 from batmand.wire.constants import ETH_P_BATMAN, PACKET_TYPE_NAMES, TTL, UNICAST_MAX, UNICAST_MIN, VLAN_HAS_TAG
 
 from . import bat_iv, bat_v  # noqa: F401 - the algorithms register themselves
@@ -55,6 +56,8 @@ class Mesh:
         self.counters = Counters()
         self.ifaces: list[HardInterface] = []
         self.primary: HardInterface | None = None
+        self.active: tuple[HardInterface, ...] = ()  # the active ifaces, kept by _ifaces_changed
+        self.my_macs: frozenset = frozenset()  # and their MACs (what is_my_mac asks, per OGM)
         self.log = lambda message: None  # the daemon routes this to its logger
         self.debug = lambda message: None  # the kernel's debug-log lines (batadv_dbg)
         self._setting_watchers: dict[str, list] = {}  # setting -> [callback(now, name, old value)]
@@ -73,6 +76,7 @@ class Mesh:
         self.tvlv = TvlvRegistry()
         self.hooks = HostHooks()
         self.receivers: dict[int, object] = {}  # packet type -> handler(now, iface, frame, raw)
+        self.parsers: dict[int, object] = {}  # packet type -> parse(raw) for those not read by decode_frame
         self._register_receivers()
         self.tt = TranslationTable(self)
         self.broadcast = Broadcast(self)
@@ -102,6 +106,7 @@ class Mesh:
         self.ifaces.append(iface)
         if self.primary is None:
             self.primary = iface
+        self._ifaces_changed()
         self.algo.iface_enabled(now, iface)
         return self._take()
 
@@ -112,6 +117,7 @@ class Mesh:
         was_active = iface.active
         iface.active = False
         self.ifaces.remove(iface)
+        self._ifaces_changed()
         if was_active:
             self.algo.iface_disabled(iface)
         if self.primary is iface:
@@ -128,6 +134,7 @@ class Mesh:
         if iface is None or not iface.active:
             return self._take()
         iface.active = False
+        self._ifaces_changed()
         self.algo.iface_deactivated(iface)
         self.routes.forget_via(iface)
         iface.neighbours.clear()
@@ -140,8 +147,13 @@ class Mesh:
         if iface is None or iface.active:
             return self._take()
         iface.active = True
+        self._ifaces_changed()
         self.algo.iface_enabled(now, iface)
         return self._take()
+
+    def _ifaces_changed(self) -> None:
+        self.active = tuple(i for i in self.ifaces if i.active)
+        self.my_macs = frozenset(i.mac for i in self.active)
 
     def set_hardif(self, name: str, settings: HardifConfig) -> None:
         """An interface's settings (batctl hardif IFACE et|to|hp): used from the next OGM,
@@ -292,10 +304,10 @@ class Mesh:
         return next((i for i in self.ifaces if i.name == name), None)
 
     def active_ifaces(self) -> list[HardInterface]:
-        return [i for i in self.ifaces if i.active]
+        return list(self.active)
 
     def is_my_mac(self, mac: bytes) -> bool:
-        return any(i.mac == mac for i in self.ifaces if i.active)
+        return mac in self.my_macs
 
     @property
     def packet_size_max(self) -> int:
@@ -354,14 +366,19 @@ class Mesh:
         if iface is None or not iface.active:
             self.counters.drop("inactive_interface")
             return
+        parse = self.parsers.get(data[ETH_HLEN]) if len(data) > ETH_HLEN else None
         try:
-            frame = decode_frame(data)
+            if parse is not None:  # read in place: a list of the packets, as their handler takes them
+                frame = parse(data)
+                ptype, count = data[ETH_HLEN], len(frame)
+            else:
+                frame = decode_frame(data)
+                ptype, count = frame.packet.packet_type, len(frame.packets)
         except WireError:
             self.counters.drop("malformed")
             return
-        packet = frame.packet
-        self.counters["rx_" + PACKET_TYPE_NAMES.get(packet.packet_type, "unknown_unicast")] += len(frame.packets)
-        handler = self.receivers.get(packet.packet_type)
+        self.counters["rx_" + PACKET_TYPE_NAMES.get(ptype, "unknown_unicast")] += count
+        handler = self.receivers.get(ptype)
         if handler is None:
             self.counters.drop("unhandled_packet_type")
             return
@@ -378,6 +395,7 @@ class Mesh:
                 self.receivers[ptype] = self._other_algorithm
         for ptype, receive in self.algo.receivers().items():
             self.receivers[ptype] = self._announcement(receive)
+        self.parsers.update(getattr(self.algo, "parsers", dict)())
 
     def register_receiver(self, ptype: int, handler) -> None:
         """A feature's handler for a packet type: handler(now, iface, frame, raw)."""
@@ -385,7 +403,7 @@ class Mesh:
 
     def _announcement(self, receive):
         def handle(now: float, iface: HardInterface, frame, data: bytes) -> None:
-            if self._check_management(frame, iface):
+            if self._check_management(data):
                 self.counters.add("mgmt_rx", len(data))
                 receive(now, iface, frame, data)
         return handle
@@ -436,10 +454,9 @@ class Mesh:
     # --- helpers for the algorithm and the other parts --------------------------------------------
 
     @staticmethod
-    def _check_management(frame, iface: HardInterface) -> bool:
+    def _check_management(data: bytes) -> bool:
         """batadv_check_management_packet: broadcast destination, a valid unicast source."""
-        src = frame.ethernet.h_source
-        return frame.ethernet.h_dest.is_broadcast and not src.is_multicast and any(src)
+        return data[:6] == BROADCAST and not data[6] & 0x01 and any(data[6:12])
 
     def ogm_tvlv_room(self) -> int:
         """Bytes the TVLVs of our OGM may take; TT gets what the other containers leave."""

@@ -13,7 +13,7 @@ from batmand.wire.constants import TTL, PacketType
 from batmand.wire.ogm_walk import FLAGS_OFFSET, TTL_OFFSET, IvOgmFields, TvlvCache, patched, walk_iv_ogms, with_flags
 
 from .algorithm import algo_state, jittered, register, routed_metric
-from .bitarray import WINDOW_SIZE, bit_get_packet, popcount, seq_diff32, window_protected
+from .bitarray import EXPECTED_SEQNO_RANGE, WINDOW_SIZE, bit_get_packet, popcount, seq_diff32, window_protected
 from .hardif import HardInterface
 from .originator import NeighIfInfo, NeighNode, OrigIfInfo, OrigNode
 
@@ -28,38 +28,50 @@ TOTAL_BIDIRECT_LIMIT = 1
 TQ_GLOBAL_WINDOW_SIZE = 5
 
 NO_DUP, ORIG_DUP, NEIGH_DUP, PROTECTED = range(4)
+# the flags as plain ints: IntFlag arithmetic costs a Python call per OGM
+_DIRECTLINK, _NOT_BEST_NEXT_HOP = int(OgmFlags.DIRECTLINK), int(OgmFlags.NOT_BEST_NEXT_HOP)
 _WINDOW_CUBE = WINDOW_SIZE ** 3
 
 
 # --- B.A.T.M.A.N. IV's own state on the shared records (the kernel's bat_iv sub-structs) -----
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class IvIface:
     """hard_iface->bat_iv: the next own OGM seqno (always "last scheduled + 1")."""
 
     ogm_seqno: int
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class IvNeighIfInfo:
-    """neigh_ifinfo->bat_iv: the window of the neighbour's OGMs received, and its TQ ring."""
+    """neigh_ifinfo->bat_iv: the window of the neighbour's OGMs received, and its TQ ring
+    (with the sum and count of its non-zero values, kept as it turns)."""
 
     real_bits: int = 0
     real_packet_count: int = 0
     tq_recv: list[int] = field(default_factory=lambda: [0] * TQ_GLOBAL_WINDOW_SIZE)
     tq_index: int = 0
     tq_avg: int = 0
+    tq_sum: int = 0
+    tq_nonzero: int = 0
 
     def push_tq(self, value: int) -> None:
         """batadv_ring_buffer_set + batadv_ring_buffer_avg (zeros are not averaged)."""
-        self.tq_recv[self.tq_index] = value
-        self.tq_index = (self.tq_index + 1) % TQ_GLOBAL_WINDOW_SIZE
-        nonzero = [v for v in self.tq_recv if v]
-        self.tq_avg = sum(nonzero) // len(nonzero) if nonzero else 0
+        ring, index = self.tq_recv, self.tq_index
+        old = ring[index]
+        if old:
+            self.tq_sum -= old
+            self.tq_nonzero -= 1
+        if value:
+            self.tq_sum += value
+            self.tq_nonzero += 1
+        ring[index] = value
+        self.tq_index = (index + 1) % TQ_GLOBAL_WINDOW_SIZE
+        self.tq_avg = self.tq_sum // self.tq_nonzero if self.tq_nonzero else 0
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class IvOrigIfInfo:
     """orig_ifinfo->bat_iv: which of our last 64 OGMs on this interface the originator
     echoed back."""
@@ -279,7 +291,7 @@ class BatmanIV:
             return False
         primary = self.mesh.primary
         first = packet.ogms[0]
-        first_direct = first[FLAGS_OFFSET] & OgmFlags.DIRECTLINK
+        first_direct = first[FLAGS_OFFSET] & _DIRECTLINK
         # both "global" OGMs (no direct link, TTL > 1), and not an own secondary-iface OGM
         if (not direct_link and not first_direct and first[TTL_OFFSET] != 1
                 and (not packet.own or packet.if_incoming is primary)):
@@ -291,7 +303,7 @@ class BatmanIV:
     def _queue_add(self, ogm: bytes, if_incoming: HardInterface, if_outgoing: HardInterface, *,
                    own: bool, send_time: float) -> None:
         """batadv_iv_ogm_queue_add: join a pending aggregate or start one."""
-        direct_link = bool(ogm[FLAGS_OFFSET] & OgmFlags.DIRECTLINK)
+        direct_link = bool(ogm[FLAGS_OFFSET] & _DIRECTLINK)
         size = len(ogm)
         aggregating = self.mesh.config.aggregation
         if aggregating and not own:
@@ -329,8 +341,8 @@ class BatmanIV:
             here = packet.if_incoming is out
             for ogm, direct in zip(packet.ogms, packet.direct_link):
                 flags = ogm[FLAGS_OFFSET]
-                parts.append(with_flags(ogm, flags | OgmFlags.DIRECTLINK if direct and here
-                                        else flags & ~OgmFlags.DIRECTLINK))
+                parts.append(with_flags(ogm, flags | _DIRECTLINK if direct and here
+                                        else flags & ~_DIRECTLINK))
             self.mesh.transmit(out, b"".join(parts), mgmt=True)
         if packet.own and packet.if_incoming is packet.if_outgoing:
             self.schedule_own(now, packet.if_incoming)
@@ -361,7 +373,7 @@ class BatmanIV:
         if ogm.prev_sender in mine:
             mesh.counters.drop("ogm_my_rebroadcast")
             return
-        if ogm.flags & OgmFlags.NOT_BEST_NEXT_HOP:
+        if ogm.flags & _NOT_BEST_NEXT_HOP:
             mesh.counters.drop("ogm_not_best_next_hop")
             return
         orig_node = mesh.originators.get_or_create(ogm.orig, now)
@@ -376,7 +388,7 @@ class BatmanIV:
         orig_neigh = self.mesh.originators.get(eth_src)
         if orig_neigh is None:
             return
-        if not ogm.flags & OgmFlags.DIRECTLINK or ogm.orig != if_incoming.mac:
+        if not ogm.flags & _DIRECTLINK or ogm.orig != if_incoming.mac:
             return
         info = orig_neigh.ifinfo_get(if_incoming)
         if info is None:
@@ -390,9 +402,9 @@ class BatmanIV:
     def _update_seqnos(self, now: float, if_incoming: HardInterface, eth_src: bytes, ogm: IvOgmFields,
                        orig_node: OrigNode, outif) -> int:
         """batadv_iv_ogm_update_seqnos: duplicate status and the receive windows."""
-        info = orig_node.ifinfo_new(outif)
+        info = orig_node.ifinfo.get(outif) or orig_node.ifinfo_new(outif)
         diff = seq_diff32(ogm.seqno, info.last_real_seqno)
-        if orig_node.neighbours:
+        if orig_node.neighbours and not -WINDOW_SIZE < diff < EXPECTED_SEQNO_RANGE:  # a jump: a restart?
             drop, info.seqno_reset, _ = window_protected(diff, now, info.seqno_reset,
                                                          self.mesh.config.reset_protection_ms / 1000.0)
             if drop:
@@ -402,7 +414,8 @@ class BatmanIV:
         age = -diff  # how far behind the window's end this seqno is (bit index if >= 0)
         in_window = 0 <= age < WINDOW_SIZE
         for neigh in orig_node.neighbours.values():
-            ninfo = neigh_iv(neigh.ifinfo_new(outif))
+            ninfo = neigh.ifinfo.get(outif) or neigh.ifinfo_new(outif)
+            ninfo = ninfo.algo or neigh_iv(ninfo)
             is_dup = in_window and bool(ninfo.real_bits >> age & 1)
             if neigh.addr == eth_src and neigh.if_incoming is if_incoming:
                 mark = True
@@ -548,8 +561,8 @@ class BatmanIV:
         if not from_best:
             if not single_hop:
                 return
-            flags |= OgmFlags.NOT_BEST_NEXT_HOP  # still echo it: the neighbour counts it
-        flags = flags | OgmFlags.DIRECTLINK if single_hop else flags & ~OgmFlags.DIRECTLINK
+            flags |= _NOT_BEST_NEXT_HOP  # still echo it: the neighbour counts it
+        flags = flags | _DIRECTLINK if single_hop else flags & ~_DIRECTLINK
         fwd = patched(ogm.raw, ttl=ogm.ttl - 1, flags=flags, prev_sender=eth_src,
                       tq=hop_penalty(tq, self.mesh.config.hop_penalty))
         send_time = now + self.mesh.rng.randrange(self.mesh.config.jitter_ms // 2) / 1000.0

@@ -493,7 +493,7 @@ class Bla:
     # --- lookups for the other parts ------------------------------------------------------------
 
     def is_backbone_gw(self, orig: bytes, vid: int) -> bool:
-        return self.enabled and (Mac(orig), vid) in self.backbones
+        return self.enabled and bool(self.backbones) and (orig, vid) in self.backbones
 
     def claimed_by_other(self, client: bytes, vid: int) -> bool:
         """batadv_bla_check_claim's "no": the client is another gateway's."""

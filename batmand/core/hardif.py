@@ -10,7 +10,7 @@ from .config import HardifConfig
 from .eviction import EvictionOrder
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class HardifNeigh:
     """A MAC heard on one hard interface (batadv_hardif_neigh_node)."""
 

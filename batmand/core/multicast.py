@@ -156,6 +156,8 @@ class Multicast:
     def _set_peer(self, orig: Mac, flags: int | None) -> None:
         """batadv_mcast_want_*_update: keep each list of interested originators current."""
         new = PEER_DEFAULT if flags is None else flags  # a removed originator leaves every list
+        if flags is not None and self.peers.get(orig) == new:
+            return  # its lists are as these flags put them (every OGM says the same)
         for name, wanted in (("unsnoopables", new & WANT_ALL_UNSNOOPABLES), ("ipv4", new & WANT_ALL_IPV4),
                              ("ipv6", new & WANT_ALL_IPV6), ("rtr4", not new & WANT_NO_RTR4),
                              ("rtr6", not new & WANT_NO_RTR6)):

@@ -15,7 +15,7 @@ from batmand.wire import Mac
 from .eviction import EvictionOrder
 from .hardif import HardifNeigh, HardInterface
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class NeighIfInfo:
     """Per (neighbour, outgoing interface) (batadv_neigh_ifinfo)."""
 
@@ -23,7 +23,7 @@ class NeighIfInfo:
     algo: object = None  # the routing algorithm's own (IV: receive window and TQ ring; V: throughput)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class NeighNode:
     """A next hop toward an originator: neighbour MAC on one incoming hard interface."""
 
@@ -43,7 +43,7 @@ class NeighNode:
         return info
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class OrigIfInfo:
     """Per (originator, outgoing interface) (batadv_orig_ifinfo): the selected router and the
     seqno state."""
@@ -56,7 +56,7 @@ class OrigIfInfo:
     algo: object = None  # the routing algorithm's own (IV: which of our OGMs it echoed)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class OrigNode:
     orig: Mac
     last_seen: float

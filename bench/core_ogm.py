@@ -153,7 +153,7 @@ def run_cell(origs: int, neighs: int, seconds: float, warmup: float, profile: bo
         import io
         import pstats
         stream = io.StringIO()
-        pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(25)
+        pstats.Stats(profiler, stream=stream).sort_stats(os.environ.get("BENCH_SORT", "tottime")).print_stats(30)
         print(stream.getvalue(), file=sys.stderr)
     routed = sum(1 for o in mesh.originators.nodes.values() if o.router() is not None)
     return {"origs": origs, "neighs": neighs, "ogms_per_s": (origs + 1) * neighs,

@@ -129,7 +129,9 @@ class BatmanIV:
 
     def __init__(self, mesh) -> None:
         self.mesh = mesh
-        self.queue: list[ForwPacket] = []
+        self.queue: list[ForwPacket] = []  # changed through _set_queue and _queue_add only
+        self._earliest = float("inf")  # the queue's first send time
+        self._forwarding = 0  # how many of its aggregates are not our own
         self.silent = False
         self._saved_seqnos: dict[str, int] = {}  # interface MAC -> OGM seqno to continue from
         self.tvlv_cache = TvlvCache()  # originators repeat their containers every second
@@ -232,14 +234,14 @@ class BatmanIV:
             self.schedule_own(now, iface)  # else: active again, its OGM timer never stopped
 
     def iface_disabled(self, iface: HardInterface) -> None:
-        self.queue = [p for p in self.queue if p.if_incoming is not iface and p.if_outgoing is not iface]
+        self._set_queue([p for p in self.queue if p.if_incoming is not iface and p.if_outgoing is not iface])
 
     def iface_deactivated(self, iface: HardInterface) -> None:
         """Set down: nothing of it or for it is sent, but its OGM timer runs on, as the
         kernel's does (seqnos counting on, each OGM dropped), so that once it is up again
         its next OGM goes out in its old rhythm, not a whole interval later."""
-        self.queue = [p for p in self.queue if (p.if_incoming is not iface and p.if_outgoing is not iface)
-                      or (p.own and p.if_incoming is iface and p.if_outgoing is iface)]
+        self._set_queue([p for p in self.queue if (p.if_incoming is not iface and p.if_outgoing is not iface)
+                         or (p.own and p.if_incoming is iface and p.if_outgoing is iface)])
 
     def schedule_own(self, now: float, iface: HardInterface) -> None:
         """batadv_iv_ogm_schedule_buff: consume a seqno, slide the echo windows, queue.
@@ -262,7 +264,7 @@ class BatmanIV:
     def silence(self) -> None:
         """Send no OGMs of our own (replaying a capture of another node)."""
         self.silent = True
-        self.queue = [p for p in self.queue if not p.own]
+        self._set_queue([p for p in self.queue if not p.own])
 
     def own_ogm_sent(self, iface: HardInterface, seqno: int) -> None:
         """Replaying a capture of a kernel node: it just sent its own OGM `seqno` and has
@@ -315,21 +317,28 @@ class BatmanIV:
                     packet.size += size
                     return
         if not own:
-            if sum(1 for p in self.queue if not p.own) >= self.mesh.config.max_forward_queue:
+            if self._forwarding >= self.mesh.config.max_forward_queue:
                 self.mesh.counters.drop("ogm_forward_queue_full")
                 return
             if aggregating:  # hold it back so that others can join
                 send_time += MAX_AGGREGATION_MS / 1000.0
         self.queue.append(ForwPacket(send_time, if_incoming, if_outgoing, own, [ogm], [direct_link], size))
+        self._earliest = min(self._earliest, send_time)
+        self._forwarding += not own
+
+    def _set_queue(self, packets: list[ForwPacket]) -> None:
+        self.queue = packets
+        self._earliest = min((p.send_time for p in packets), default=float("inf"))
+        self._forwarding = sum(1 for p in packets if not p.own)
 
     def next_deadline(self) -> float:
-        return min((p.send_time for p in self.queue), default=float("inf"))
+        return self._earliest
 
     def tick(self, now: float) -> None:
         due = [p for p in self.queue if p.send_time <= now]
         if not due:
             return
-        self.queue = [p for p in self.queue if p.send_time > now]
+        self._set_queue([p for p in self.queue if p.send_time > now])
         for packet in sorted(due, key=lambda p: p.send_time):
             self._emit(now, packet)
 

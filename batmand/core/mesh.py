@@ -360,6 +360,13 @@ class Mesh:
         self.receive_frame(now, iface_name, data)
         return self._take()
 
+    def receive_many(self, now: float, iface_name: str, frames) -> list:
+        """Frames that arrived together on one hard interface: their actions in order, the
+        forwarding table's changes published once after them."""
+        for data in frames:
+            self.receive_frame(now, iface_name, data)
+        return self._take()
+
     def receive_frame(self, now: float, iface_name: str, data: bytes) -> None:
         """receive() without collecting the actions (also for reassembled packets)."""
         iface = self.iface(iface_name)

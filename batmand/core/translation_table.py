@@ -567,6 +567,9 @@ class TranslationTable:
     def check_crc(self, orig_node, vlans: list[TtVlan]) -> bool:
         """Every announced VLAN CRC matches ours, and we know no VLAN it did not announce;
         VLANs whose announcements we ignore are not compared."""
+        announced = {v.vid: v.crc for v in vlans}
+        if announced == orig_node.tt_crcs:
+            return True  # equal in full, so equal without the ignored VLANs too (every OGM)
         orig = orig_node.orig
         announced = {v.vid: v.crc for v in vlans if not self._ignored_vlan(orig, v.vid)}
         return announced == {vid: crc for vid, crc in orig_node.tt_crcs.items() if not self._ignored_vlan(orig, vid)}

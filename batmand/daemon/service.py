@@ -529,12 +529,14 @@ class Service:
         sock = self.sockets.get(ifname)
         if sock is None:
             return
-        now = self.now()
+        frames = []
         for _ in range(BATCH):
             frame = sock.recv()
             if frame is None:
                 break
-            self._apply(self.mesh.receive(now, ifname, frame))
+            frames.append(frame)
+        if frames:  # one publish and one timer check for the batch (an OGM storm is many frames)
+            self._apply(self.mesh.receive_many(self.now(), ifname, frames))
 
     # --- actions out -----------------------------------------------------------------------------------
 

@@ -74,10 +74,13 @@ class IvNeighIfInfo:
 @dataclass(eq=False, slots=True)
 class IvOrigIfInfo:
     """orig_ifinfo->bat_iv: which of our last 64 OGMs on this interface the originator
-    echoed back."""
+    echoed back; and for this outgoing table, the union of its neighbours' receive windows
+    (what any of them sent), valid for the neighbour set `union_of` names."""
 
     bcast_own: int = 0
     bcast_own_sum: int = 0
+    union: int = 0
+    union_of: tuple | None = None  # (the originator's neighbour generation, how many)
 
 
 def neigh_iv(info: NeighIfInfo) -> IvNeighIfInfo:
@@ -418,11 +421,30 @@ class BatmanIV:
                                                          self.mesh.config.reset_protection_ms / 1000.0)
             if drop:
                 return PROTECTED
-        status = NO_DUP
-        moved = False
         age = -diff  # how far behind the window's end this seqno is (bit index if >= 0)
         in_window = 0 <= age < WINDOW_SIZE
-        for neigh in orig_node.neighbours.values():
+        neighbours = orig_node.neighbours
+        iv_info = info.algo or orig_iv(info)
+        if in_window and iv_info.union_of == (orig_node.neigh_generation, len(neighbours)):
+            # a copy of a seqno the window holds: only the sender's window changes, and the
+            # union says whether another neighbour sent it (O(1), not a walk of them all)
+            bit = 1 << age
+            sender = neighbours.get((eth_src, if_incoming))
+            if sender is None:
+                return ORIG_DUP if iv_info.union & bit else NO_DUP
+            ninfo = sender.ifinfo.get(outif) or sender.ifinfo_new(outif)
+            ninfo = ninfo.algo or neigh_iv(ninfo)
+            if ninfo.real_bits & bit:
+                return NEIGH_DUP
+            ninfo.real_bits |= bit
+            ninfo.real_packet_count = ninfo.real_bits.bit_count()
+            status = ORIG_DUP if iv_info.union & bit else NO_DUP
+            iv_info.union |= bit
+            return status
+        status = NO_DUP
+        moved = False
+        union = 0
+        for neigh in neighbours.values():
             ninfo = neigh.ifinfo.get(outif) or neigh.ifinfo_new(outif)
             ninfo = ninfo.algo or neigh_iv(ninfo)
             is_dup = in_window and bool(ninfo.real_bits >> age & 1)
@@ -437,6 +459,8 @@ class BatmanIV:
             ninfo.real_bits, window_moved = bit_get_packet(ninfo.real_bits, diff, mark)
             moved |= window_moved
             ninfo.real_packet_count = ninfo.real_bits.bit_count()
+            union |= ninfo.real_bits
+        iv_info.union, iv_info.union_of = union, (orig_node.neigh_generation, len(neighbours))
         if moved:
             info.last_real_seqno = ogm.seqno
         return status

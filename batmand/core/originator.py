@@ -71,6 +71,13 @@ class OrigNode:
     last_bcast_seqno: int = 0
     bcast_bits: int = 0
     bcast_seqno_reset: float = float("-inf")
+    neigh_generation: int = 0  # counts removals of neighbours (what the algorithm derived from them is stale)
+
+    def drop_neighbours(self, keys) -> None:
+        for key in keys:
+            del self.neighbours[key]
+        if keys:
+            self.neigh_generation += 1
 
     def ifinfo_get(self, outif) -> OrigIfInfo | None:
         return self.ifinfo.get(outif)

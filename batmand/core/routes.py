@@ -41,8 +41,7 @@ class Routes:
         """An interface went down or away: the neighbours heard on it and the tables for
         traffic that came in on it."""
         for orig_node in list(self.mesh.originators.nodes.values()):
-            for key in [k for k in orig_node.neighbours if k[1] is iface]:
-                del orig_node.neighbours[key]
+            orig_node.drop_neighbours([k for k in orig_node.neighbours if k[1] is iface])
             orig_node.ifinfo.pop(iface, None)
             for neigh in orig_node.neighbours.values():
                 neigh.ifinfo.pop(iface, None)
@@ -73,8 +72,7 @@ class Routes:
                 continue
             stale = [k for k, n in orig_node.neighbours.items()
                      if now - n.last_seen > neigh_timeout or not n.if_incoming.active]
-            for key in stale:
-                del orig_node.neighbours[key]
+            orig_node.drop_neighbours(stale)
             if stale:
                 self.reselect(orig_node)
             originators.review(orig_node)

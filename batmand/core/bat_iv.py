@@ -544,16 +544,13 @@ class BatmanIV:
                      if_incoming: HardInterface, outif, dup: int) -> None:
         """batadv_iv_ogm_orig_update: TQ rings, then maybe a new router."""
         mesh = self.mesh
-        neigh = None
-        for candidate in orig_node.neighbours.values():
-            if candidate.addr == eth_src and candidate.if_incoming is if_incoming:
-                neigh = candidate
-                continue
-            if dup != NO_DUP:
-                continue
-            cinfo = candidate.ifinfo_get(outif)
-            if cinfo is not None:
-                neigh_iv(cinfo).push_tq(0)
+        neigh = orig_node.neighbours.get((eth_src, if_incoming))
+        if dup == NO_DUP:  # a new seqno: the neighbours that did not send it score a zero
+            for candidate in orig_node.neighbours.values():
+                if candidate is not neigh:
+                    cinfo = candidate.ifinfo.get(outif)
+                    if cinfo is not None:
+                        neigh_iv(cinfo).push_tq(0)
         if neigh is None:
             orig_tmp = mesh.originators.get_or_create(eth_src, now)
             if orig_tmp is None:

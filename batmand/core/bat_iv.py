@@ -481,14 +481,18 @@ class BatmanIV:
             neigh = if_incoming.neighbours.get(eth_src)
             if neigh is not None:
                 neigh.last_seen = now
-        router = orig_node.router(outif)
-        router_router = router.orig_node.router(outif) if router else None
-        from_best = bool(router and _tq(router.ifinfo_get(outif)) != 0 and router.addr == eth_src)
-        if (router and router_router and router.addr == ogm.prev_sender and ogm.orig != ogm.prev_sender
-                and router.addr == router_router.addr):
-            return  # avoid temporary routing loops
+        info = orig_node.ifinfo[outif]  # _update_seqnos made it
+        router = info.router
+        from_best = False
+        if router is not None:
+            rinfo = router.ifinfo.get(outif)
+            from_best = rinfo is not None and _tq(rinfo) != 0 and router.addr == eth_src
+            router_router = router.orig_node.router(outif)
+            if (router_router is not None and router.addr == ogm.prev_sender and ogm.orig != ogm.prev_sender
+                    and router.addr == router_router.addr):
+                return  # avoid temporary routing loops
         if outif is None and ogm.tvlvs:  # batadv_tvlv_ogm_receive: an OGM without TVLVs runs no handler
-            mesh.ogm_tvlvs_received(now, orig_node, ogm.tvlvs)
+            mesh.tvlv.ogm_received(now, orig_node, ogm.tvlvs)
         orig_neigh = orig_node if single_hop else mesh.originators.get_or_create(eth_src, now)
         if orig_neigh is None:
             return
@@ -496,7 +500,6 @@ class BatmanIV:
             return  # OGM via unknown neighbour
         tq = self._calc_tq(now, orig_node, orig_neigh, ogm, if_incoming, outif)
         bidirect = tq >= TOTAL_BIDIRECT_LIMIT
-        info = orig_node.ifinfo_new(outif)
         same_seq = info.last_real_seqno == ogm.seqno
         similar_ttl = info.last_ttl - 3 <= ogm.ttl
         if bidirect and (dup == NO_DUP or (same_seq and similar_ttl)):
@@ -508,8 +511,8 @@ class BatmanIV:
                 return  # secondary-interface OGMs are only echoed where they came in
             self._forward(now, eth_src, ogm, tq, True, from_best, if_incoming, outif)
             return
-        if not bidirect or dup == NEIGH_DUP:
-            return
+        if not bidirect or dup == NEIGH_DUP or not from_best:
+            return  # (only the best next hop's copy is forwarded)
         self._forward(now, eth_src, ogm, tq, False, from_best, if_incoming, outif)
 
     def _calc_tq(self, now: float, orig_node: OrigNode, orig_neigh: OrigNode, ogm: IvOgmFields,
@@ -526,8 +529,9 @@ class BatmanIV:
         if orig_node is orig_neigh:
             neigh.last_seen = now
         orig_node.last_seen = now
-        echo_count = _echo_count(orig_neigh.ifinfo_get(if_incoming))
-        rq_count = neigh_iv(neigh.ifinfo_new(outif)).real_packet_count
+        echo_count = _echo_count(orig_neigh.ifinfo.get(if_incoming))
+        ninfo = neigh.ifinfo.get(outif) or neigh.ifinfo_new(outif)
+        rq_count = (ninfo.algo or neigh_iv(ninfo)).real_packet_count
         total = min(echo_count, rq_count)
         if total < BIDIRECT_SEND_MINIMUM or rq_count < BIDIRECT_RECV_MINIMUM:
             tq_own = 0
@@ -558,9 +562,9 @@ class BatmanIV:
             neigh = mesh.originators.neigh_get_or_create(orig_node, if_incoming, eth_src, orig_tmp, now)
             if neigh is None:
                 return
-        ninfo = neigh.ifinfo_new(outif)
+        ninfo = neigh.ifinfo.get(outif) or neigh.ifinfo_new(outif)
         neigh.last_seen = now
-        neigh_iv(ninfo).push_tq(tq)
+        (ninfo.algo or neigh_iv(ninfo)).push_tq(tq)
         if dup == NO_DUP:
             info.last_ttl = ogm.ttl
             ninfo.last_ttl = ogm.ttl

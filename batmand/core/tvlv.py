@@ -56,14 +56,14 @@ class TvlvRegistry:
     def ogm_received(self, now: float, orig_node, tvlvs: list) -> None:
         """batadv_tvlv_ogm_receive: each container to its handler, then the handlers that
         want to hear of a container the OGM did not carry."""
-        called = set()
+        called = []
         for tvlv in tvlvs:
             if malformed(tvlv):
                 continue  # ignored, as the kernel's handlers ignore a value of the wrong size
             key = (tvlv_type(tvlv), tvlv_version(tvlv))
             handler = self._ogm.get(key)
             if handler is not None:
-                called.add(key)
+                called.append(key)
                 handler.handle(now, orig_node, tvlv)
         for key, handler in self._ogm.items():
             if handler.when_absent and key not in called:

@@ -40,6 +40,10 @@ GET, PUT, CACHE_REPLY = (Unicast4AddrSubtype.DAT_DHT_GET, Unicast4AddrSubtype.DA
                          Unicast4AddrSubtype.DAT_CACHE_REPLY)
 _COUNTER = {GET: "dat_get_tx", PUT: "dat_put_tx"}
 _RX_COUNTER = {GET: "dat_get_rx", PUT: "dat_put_rx"}
+# while DAT is on: the host's ARP and DHCP replies both ways go through the core
+_DAT_SLOW_PATH = SlowPath(rules=frozenset(
+    SlowRule(direction, ethertype, proto, port) for direction in (FROM_HOST, TO_HOST)
+    for ethertype, proto, port in ((ETH_P_ARP, None, None), (ETH_P_IP, 17, 68))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,11 +163,7 @@ class Dat:
     def _slow_path(self) -> SlowPath:
         """While DAT is on, the core must see the host's ARP and DHCP replies both ways (the
         data plane would move unicast ones past the snooping)."""
-        if not self.enabled:
-            return SlowPath()
-        rules = frozenset(SlowRule(direction, ethertype, proto, port) for direction in (FROM_HOST, TO_HOST)
-                          for ethertype, proto, port in ((ETH_P_ARP, None, None), (ETH_P_IP, 17, 68)))
-        return SlowPath(rules=rules)
+        return _DAT_SLOW_PATH if self.enabled else SlowPath()
 
     # --- the local cache ---------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ class Publisher:
         self.published = ForwardingTable()  # what the data plane holds
         self.dirty_origs: set[Mac] = set()
         self._slow_path: list = []  # the features' contributions: () -> SlowPath
+        self._combined: tuple = ((), SlowPath())  # the last parts and their union
 
     def need_slow_path(self, contribution) -> None:
         """A feature's frames the data plane must leave to the core (ARP while DAT is on,
@@ -23,7 +24,15 @@ class Publisher:
         self._slow_path.append(contribution)
 
     def slow_path(self) -> SlowPath:
-        parts = [contribution() for contribution in self._slow_path]
+        parts = tuple(contribution() for contribution in self._slow_path)
+        if parts == self._combined[0]:
+            return self._combined[1]  # asked after every batch of frames: mostly unchanged
+        combined = self._combine(parts)
+        self._combined = (parts, combined)
+        return combined
+
+    @staticmethod
+    def _combine(parts: tuple) -> SlowPath:
         watched = [p.to_host_sources for p in parts if p.to_host_sources is not None]
         return SlowPath(rules=frozenset().union(*(p.rules for p in parts)), multicast=any(p.multicast for p in parts),
                         clients=frozenset().union(*(p.clients for p in parts)),

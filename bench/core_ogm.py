@@ -136,10 +136,13 @@ def run_cell(origs: int, neighs: int, seconds: float, warmup: float, profile: bo
             batch, pending = frames + pending, []
             t0 = time.process_time()
             actions = []
-            for frame in batch:
-                actions += mesh.receive(now, "eth0", frame)
-            if now >= mesh.next_deadline():
-                actions += mesh.tick(now)
+            while mesh.next_deadline() <= now:  # every timer at its time, as the daemon's loop runs them
+                actions += mesh.tick(mesh.next_deadline())
+            if hasattr(mesh, "receive_many"):  # a batch of frames publishes once (as the daemon reads them)
+                actions += mesh.receive_many(now, "eth0", batch)
+            else:  # older trees
+                for frame in batch:
+                    actions += mesh.receive(now, "eth0", frame)
             t1 = time.process_time()
             if measuring:
                 cpu += t1 - t0

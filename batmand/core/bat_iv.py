@@ -75,12 +75,13 @@ class IvNeighIfInfo:
 class IvOrigIfInfo:
     """orig_ifinfo->bat_iv: which of our last 64 OGMs on this interface the originator
     echoed back; and for this outgoing table, the union of its neighbours' receive windows
-    (what any of them sent), valid for the neighbour set `union_of` names."""
+    (what any of them sent), valid for the neighbour set it was made from."""
 
     bcast_own: int = 0
     bcast_own_sum: int = 0
     union: int = 0
-    union_of: tuple | None = None  # (the originator's neighbour generation, how many)
+    union_generation: int = -1  # the originator's neighbour generation and count it is of
+    union_count: int = 0
 
 
 def neigh_iv(info: NeighIfInfo) -> IvNeighIfInfo:
@@ -425,7 +426,8 @@ class BatmanIV:
         in_window = 0 <= age < WINDOW_SIZE
         neighbours = orig_node.neighbours
         iv_info = info.algo or orig_iv(info)
-        if in_window and iv_info.union_of == (orig_node.neigh_generation, len(neighbours)):
+        if (in_window and iv_info.union_generation == orig_node.neigh_generation
+                and iv_info.union_count == len(neighbours)):
             # a copy of a seqno the window holds: only the sender's window changes, and the
             # union says whether another neighbour sent it (O(1), not a walk of them all)
             bit = 1 << age
@@ -460,7 +462,7 @@ class BatmanIV:
             moved |= window_moved
             ninfo.real_packet_count = ninfo.real_bits.bit_count()
             union |= ninfo.real_bits
-        iv_info.union, iv_info.union_of = union, (orig_node.neigh_generation, len(neighbours))
+        iv_info.union, iv_info.union_generation, iv_info.union_count = union, orig_node.neigh_generation, len(neighbours)
         if moved:
             info.last_real_seqno = ogm.seqno
         return status

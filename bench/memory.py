@@ -66,7 +66,26 @@ def process_memory(pid: int) -> dict:
             "anon_kib": roll.get("Anonymous", 0)}
 
 
-def idle(workers: int, settle: float) -> dict:
+def iperf(lab, seconds: int) -> dict:
+    """TCP a -> b through both daemons: throughput, and the frames the rings dropped."""
+    server = lab.spawn("b", ["iperf3", "-s", "-1"], stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        out = lab.exec("a", ["iperf3", "-c", lab.address("b"), "-t", str(seconds), "-J"], timeout=seconds + 30).stdout
+        end = json.loads(out)["end"]
+    finally:
+        if server.poll() is None:
+            server.kill()
+        server.wait()
+    drops = {}
+    for node in ("a", "b"):
+        status = json.loads(lab.batmanctl(node, "dp", "--json", check=True).stdout)
+        drops[node] = status["drops"]["socket"]
+    return {"gbps": round(end["sum_received"]["bits_per_second"] / 1e9, 3),
+            "retransmits": end["sum_sent"].get("retransmits", 0), "ring_drops": drops}
+
+
+def idle(workers: int, settle: float, iperf_seconds: int) -> dict:
     from batmand.lab import Lab, from_dict
 
     topo = from_dict({"lab": {"name": "memory", "mtu": 1560},
@@ -83,9 +102,13 @@ def idle(workers: int, settle: float) -> dict:
             status = json.loads(lab.batmanctl("a", "dp", "--json", check=True).stdout)
             procs.update({f"worker{w['index']}": w["pid"] for w in status["workers"]})
         per = {name: process_memory(p) for name, p in procs.items()}
-        return {"processes": per,
-                "total_rss_kib": sum(p["rss_kib"] for p in per.values()),
-                "total_pss_kib": sum(p["pss_kib"] for p in per.values())}
+        result = {"processes": per,
+                  "total_rss_kib": sum(p["rss_kib"] for p in per.values()),
+                  "total_pss_kib": sum(p["pss_kib"] for p in per.values())}
+        if iperf_seconds:
+            result["iperf3"] = iperf(lab, iperf_seconds)
+            result["total_rss_kib_after_iperf3"] = sum(process_memory(p)["rss_kib"] for p in procs.values())
+        return result
 
 
 # --- the core's tables --------------------------------------------------------------------------
@@ -161,9 +184,10 @@ def measure(args) -> dict:
     import batmand
 
     result = {"batmand": str(Path(batmand.__file__).resolve().parent.parent)}
-    result["core"] = per_entry(args.small, args.large, args.clients)
+    if not args.skip_core:
+        result["core"] = per_entry(args.small, args.large, args.clients)
     if not args.skip_idle:
-        result["idle"] = {f"workers={w}": idle(w, args.settle) for w in args.workers}
+        result["idle"] = {f"workers={w}": idle(w, args.settle, args.iperf) for w in args.workers}
     return result
 
 
@@ -204,6 +228,9 @@ def main() -> None:
     parser.add_argument("--trees", help="NAME=PATH,NAME=PATH: run everything once per source tree")
     parser.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[0, 2])
     parser.add_argument("--settle", type=float, default=3.0, help="seconds after the first ping")
+    parser.add_argument("--iperf", type=int, default=0, metavar="SECONDS",
+                        help="then iperf3 TCP a -> b for this long: throughput and ring drops")
+    parser.add_argument("--skip-core", action="store_true", help="only the idle daemons")
     parser.add_argument("--skip-idle", action="store_true", help="only the core's per-entry costs")
     parser.add_argument("--small", type=int, default=200, help="originators of the smaller core")
     parser.add_argument("--large", type=int, default=1200, help="originators of the larger core")

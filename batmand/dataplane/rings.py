@@ -51,6 +51,7 @@ _U32 = struct.Struct("I")
 
 TPACKET_ALIGNMENT = 16
 BLOCK_SIZE = 1 << 16  # V2 blocks (and the TX ring's): a frame never spans two
+TX_FRAMES = 256  # transmit-ring slots: a burst that finds them all queued is flushed and waits
 
 
 def frame_size_for(mtu: int) -> int:
@@ -269,7 +270,7 @@ class TxRing:
     MTU, which can shrink at run time) is skipped (PACKET_LOSS): without it, the kernel
     would stop at its slot until the ring wrapped around."""
 
-    def __init__(self, ifname: str, *, mtu: int = 1560, frames: int = 256, vnet_hdr: bool = False,
+    def __init__(self, ifname: str, *, mtu: int = 1560, frames: int = TX_FRAMES, vnet_hdr: bool = False,
                  sock: socket.socket | None = None) -> None:
         self.vnet_hdr = vnet_hdr
         self.frame_size = frame_size_for(mtu)

@@ -203,10 +203,12 @@ def flatten(d: dict, prefix: str = "") -> dict:
 
 def compare(args) -> dict:
     trees = dict(item.split("=", 1) for item in args.trees.split(","))
-    own = [a for a in sys.argv[1:] if not a.startswith("--trees")]
-    if "--trees" in own:
-        i = own.index("--trees")
-        del own[i:i + 2]
+    own, rest = [], iter(sys.argv[1:])  # our arguments but --trees, for each tree's run
+    for arg in rest:
+        if arg == "--trees":
+            next(rest, None)
+        elif not arg.startswith("--trees="):
+            own.append(arg)
     results = {}
     for name, path in trees.items():
         env = dict(os.environ, PYTHONPATH=str(Path(path).resolve()))

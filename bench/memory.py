@@ -91,7 +91,8 @@ def idle(workers: int, settle: float, iperf_seconds: int) -> dict:
     topo = from_dict({"lab": {"name": "memory", "mtu": 1560},
                       "batmand": {"orig_interval_ms": 200, "workers": workers},
                       "node": [{"name": "a"}, {"name": "b"}], "link": [{"a": "a", "b": "b"}]})
-    daemon = [sys.executable, "-c", "import sys; from batmand.daemon_main import main; sys.exit(main())"]
+    # -P: not the current directory's batmand ahead of PYTHONPATH's (--trees runs each tree's)
+    daemon = [sys.executable, "-P", "-c", "import sys; from batmand.daemon_main import main; sys.exit(main())"]
     with Lab(topo, f"mem{os.getpid() % 100000}", daemon=daemon) as lab:
         lab.start()
         lab.exec("a", ["ping", "-c", "2", "-i", "0.2", "-W", "2", lab.address("b")])

@@ -36,10 +36,11 @@ from .rings import RxRing, TxRing, statistics
 
 log = logging.getLogger("batmand")
 
-# Receive-ring slots per worker and hard interface: one TCP flow's burst (measured with
-# bench/memory.py --iperf: 1024 slots dropped frames, 2048 none; bench/memory-profile.md).
-# The bytes follow the MTU: about 3.4 MB at MTU 1560 (4096 power-of-two slots took 8 MB).
-RX_FRAMES = 2048
+# Receive-ring slots per worker and hard interface: one TCP flow's burst (bench/memory.py
+# --iperf: 1024 slots dropped frames at 1 Gbit/s, 2048 none there but some at 1.6 Gbit/s,
+# 4096 none; bench/memory-profile.md). The bytes follow the MTU: 5.2 MB at MTU 1560 (the
+# 4096 power-of-two slots of before took 8 MB).
+RX_FRAMES = 3072
 RESTART_BACKOFF = 1.0  # seconds between restarts of a worker that keeps dying
 SILENCE_LIMIT = 5.0  # a worker that has not reported for this long is stuck: killed and restarted
 

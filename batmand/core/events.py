@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from batmand.wire import Mac
+from batmand.wire.mac import Mac  # the module, not the package: workers load no more of wire
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from batmand.wire import Mac, RoamTvlv, TtChange, TtTvlv, TtVlan
 from batmand.wire.constants import TT_SYNC_MASK, VLAN_HAS_TAG, TtClientFlags as F, TtDataFlags, TvlvType
@@ -41,10 +42,98 @@ class LocalEntry:
     added_at: float
 
 
-@dataclass(eq=False)
-class OrigEntry:
+class OrigEntry(NamedTuple):
+    """What one announcer said of a client: immutable and shared (orig_entry), as there
+    are at most 256 ttvns times the sync flags' combinations, but one per client and
+    announcer in the table."""
+
     ttvn: int
     flags: int  # the sync flags (WIFI, ISOLA) this originator announced
+
+
+_ORIG_ENTRIES: dict[int, OrigEntry] = {}
+
+
+def orig_entry(ttvn: int, flags: int) -> OrigEntry:
+    key = flags << 8 | ttvn
+    oe = _ORIG_ENTRIES.get(key)
+    if oe is None:
+        oe = _ORIG_ENTRIES[key] = OrigEntry(ttvn, flags)
+    return oe
+
+
+class Announcers:
+    """A global entry's announcers, oldest first: the part of a dict's interface the table
+    uses, kept as one flat tuple (orig, entry, orig, entry, ...). Nearly every client has
+    one announcer; a dict per client cost about 230 bytes, this about 110."""
+
+    __slots__ = ("_flat",)
+
+    def __init__(self) -> None:
+        self._flat: tuple = ()
+
+    def __len__(self) -> int:
+        return len(self._flat) >> 1
+
+    def __bool__(self) -> bool:
+        return bool(self._flat)
+
+    def __iter__(self):
+        return iter(self._flat[::2])
+
+    def __reversed__(self):
+        return reversed(self._flat[::2])
+
+    def __contains__(self, orig) -> bool:
+        return orig in self._flat[::2]
+
+    def _index(self, orig) -> int:
+        flat = self._flat
+        for i in range(0, len(flat), 2):
+            if flat[i] == orig:
+                return i
+        return -1
+
+    def get(self, orig, default=None):
+        i = self._index(orig)
+        return default if i < 0 else self._flat[i + 1]
+
+    def __getitem__(self, orig) -> OrigEntry:
+        i = self._index(orig)
+        if i < 0:
+            raise KeyError(orig)
+        return self._flat[i + 1]
+
+    def __setitem__(self, orig, oe: OrigEntry) -> None:
+        i, flat = self._index(orig), self._flat
+        # a new announcer goes last; a known one keeps its place (a dict's order)
+        self._flat = flat + (orig, oe) if i < 0 else flat[:i + 1] + (oe,) + flat[i + 2:]
+
+    def pop(self, orig, *default):
+        i = self._index(orig)
+        if i < 0:
+            if default:
+                return default[0]
+            raise KeyError(orig)
+        oe = self._flat[i + 1]
+        self._flat = self._flat[:i] + self._flat[i + 2:]
+        return oe
+
+    def items(self):
+        flat = self._flat
+        return list(zip(flat[::2], flat[1::2]))
+
+    def keys(self) -> list:
+        return list(self._flat[::2])
+
+    def clear(self) -> None:
+        self._flat = ()
+
+    def __eq__(self, other) -> bool:
+        return dict(self.items()) == (dict(other.items()) if isinstance(other, Announcers) else other)
+
+    def __repr__(self) -> str:
+        return f"Announcers({dict(self.items())!r})"
 
 
 _UNCOUNTED = F.ROAM | F.TEMP  # entries with these flags are left out of the CRCs
@@ -55,12 +144,13 @@ class GlobalEntry:
     whoever changes ROAM or TEMP, the table hears of it (`_flags_changed`), so its
     per-originator CRCs and the temporary-entry budget stay current."""
 
-    __slots__ = ("addr", "vid", "_flags", "added_at", "roam_at", "origs", "table")
+    __slots__ = ("addr", "vid", "key", "_flags", "added_at", "roam_at", "origs", "table")
 
     def __init__(self, addr: Mac, vid: int, flags: int, added_at: float, roam_at: float = 0.0) -> None:
         self.addr, self.vid, self._flags = addr, vid, flags
+        self.key = (addr, vid)  # the one tuple the table's dicts and sets share for this client
         self.added_at, self.roam_at = added_at, roam_at
-        self.origs: dict[Mac, OrigEntry] = {}
+        self.origs = Announcers()
         self.table: TranslationTable | None = None  # set while the entry is in the global table
 
     def __repr__(self) -> str:
@@ -360,7 +450,7 @@ class TranslationTable:
             for orig, oe in entry.origs.items():
                 self.orig_vlans[orig][entry.vid].crc ^= tt_entry_crc(entry.addr, entry.vid, oe.flags)
         if (old ^ new) & F.TEMP:
-            key = (entry.addr, entry.vid)
+            key = entry.key
             if new & F.TEMP:
                 self.temporary[key] = None
             else:
@@ -369,14 +459,17 @@ class TranslationTable:
                 self._count_temporary(orig, 1 if new & F.TEMP else -1)
 
     def _global_new(self, key: tuple[Mac, int], flags: int, now: float) -> GlobalEntry:
-        entry = self.global_[key] = GlobalEntry(Mac(key[0]), key[1], flags, now, now if flags & F.ROAM else 0.0)
+        addr = key[0] if type(key[0]) is Mac else Mac(key[0])
+        entry = GlobalEntry(addr, key[1], flags, now, now if flags & F.ROAM else 0.0)
+        key = entry.key
+        self.global_[key] = entry
         entry.table = self
         if flags & F.TEMP:
             self.temporary[key] = None
         return entry
 
     def _global_free(self, entry: GlobalEntry) -> None:
-        key = (entry.addr, entry.vid)
+        key = entry.key
         for orig, oe in entry.origs.items():
             self.by_orig.get(orig, set()).discard(key)
             self._orig_entry_removed(entry, orig, oe)
@@ -390,23 +483,23 @@ class TranslationTable:
     def _global_del_orig_entry(self, entry: GlobalEntry, orig: Mac) -> None:
         oe = entry.origs.pop(orig, None)
         if oe is not None:
-            self.by_orig.get(orig, set()).discard((entry.addr, entry.vid))
+            self.by_orig.get(orig, set()).discard(entry.key)
             self._orig_entry_removed(entry, orig, oe)
-            self.dirty_clients.add((entry.addr, entry.vid))
+            self.dirty_clients.add(entry.key)
 
     def _global_add_orig_entry(self, entry: GlobalEntry, orig: Mac, ttvn: int, flags: int) -> None:
         oe = entry.origs.get(orig)
         flags &= TT_SYNC_MASK
         if oe is None:
-            oe = entry.origs[orig] = OrigEntry(ttvn, flags)
-            self.by_orig.setdefault(orig, set()).add((entry.addr, entry.vid))
+            oe = entry.origs[orig] = orig_entry(ttvn, flags)
+            self.by_orig.setdefault(orig, set()).add(entry.key)
             self._orig_entry_added(entry, orig, oe)
         else:
             if oe.flags != flags and not entry.flags & _UNCOUNTED:
                 self.orig_vlans[orig][entry.vid].crc ^= (tt_entry_crc(entry.addr, entry.vid, oe.flags)
                                                          ^ tt_entry_crc(entry.addr, entry.vid, flags))
-            oe.ttvn, oe.flags = ttvn, flags
-        self.dirty_clients.add((entry.addr, entry.vid))
+            entry.origs[orig] = orig_entry(ttvn, flags)
+        self.dirty_clients.add(entry.key)
 
     def _announced(self, orig: Mac | None = None) -> int:
         """Entries that are not temporary: all of them, or those of one originator."""

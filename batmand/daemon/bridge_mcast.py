@@ -20,6 +20,10 @@ import struct
 from dataclasses import dataclass
 from typing import Iterator
 
+from . import lazy_package
+
+lazy_package.register("pyroute2")  # its message classes only, not every API it has
+
 from pyroute2.netlink import NLM_F_DUMP, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR, nlmsg
 from pyroute2.netlink.rtnl import RTM_GETLINK, RTM_GETMDB, RTM_NEWLINK, RTM_NEWMDB
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg

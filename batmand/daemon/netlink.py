@@ -18,6 +18,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from . import lazy_package
+
+lazy_package.register("pyroute2")  # its message classes only, not every API it has
+
 from pyroute2.netlink import NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR
 from pyroute2.netlink.rtnl import RTM_DELLINK, RTM_GETLINK, RTM_NEWLINK, RTMGRP_LINK
 from pyroute2.netlink.rtnl.ifinfmsg import IFF_LOWER_UP, IFF_UP, ifinfmsg

@@ -16,6 +16,7 @@ import random
 import signal
 import socket
 import time
+from typing import TYPE_CHECKING
 
 from batmand.core.config import HardifConfig
 from batmand.core.events import Deliver, ForwardingUpdate, IcmpResult, TpResult, Transmit, Uevent
@@ -28,7 +29,9 @@ from .alfred import VisPublisher
 from .control import ControlServer
 from .events import Events
 from .mcast_groups import HostGroupsReader
-from . import metrics
+
+if TYPE_CHECKING:
+    from .metrics import MetricsServer
 from . import protocol, state, vis
 from .links import link_speed
 from .netlink import Link, LinkMonitor
@@ -61,7 +64,7 @@ class Service:
         self.control = ControlServer(self, options.socket_path, options.control_group, options.control_max_request)
         self.events = Events(options.meshif, options.event_hook)
         self.vis = VisPublisher(options, self.vis_record)
-        self.metrics: metrics.MetricsServer | None = None  # metrics_listen
+        self.metrics: MetricsServer | None = None  # metrics_listen
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = float("inf")
         self._icmp: dict[int, tuple[object, asyncio.Event]] = {}
@@ -137,6 +140,8 @@ class Service:
             self.softif.up()
             await self.control.start()
             if opts.metrics_listen:
+                from . import metrics  # prometheus_client (about 5 MB) only for a daemon that serves metrics
+
                 registry = metrics.registry_for(lambda: metrics.read(self))
                 self.metrics = metrics.MetricsServer(opts.metrics_listen, registry)
                 await self.metrics.start()

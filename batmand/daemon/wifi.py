@@ -43,7 +43,7 @@ def _as_dict(nla) -> dict:
 
 
 def _stations(ifindex: int) -> dict:
-    from pyroute2 import IW
+    from pyroute2.iwutil import IW
 
     result = {}
     with IW() as iw:

@@ -10,7 +10,7 @@ import ctypes
 import socket
 import struct
 
-from batmand.wire import ETH_P_BATMAN, PacketType
+from batmand.wire.constants import ETH_P_BATMAN, PacketType
 
 SO_ATTACH_FILTER = 26
 SKF_AD_PKTTYPE = -0x1000 + 4  # SKF_AD_OFF + SKF_AD_PKTTYPE, as an unsigned k below

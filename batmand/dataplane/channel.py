@@ -11,7 +11,6 @@ worker gets the whole table again (a resync) once it reads again."""
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import itertools
 import logging
@@ -19,10 +18,14 @@ import pickle
 import socket
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from batmand.core.events import ForwardingUpdate
 
 from .messages import FROM_WORKER, KINDS
+
+if TYPE_CHECKING:  # workers never load asyncio: only the control process's Outbox uses it
+    import asyncio
 
 log = logging.getLogger("batmand")
 

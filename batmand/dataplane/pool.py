@@ -36,7 +36,11 @@ from .rings import RxRing, TxRing, statistics
 
 log = logging.getLogger("batmand")
 
-RX_FRAMES = 4096  # receive-ring slots per worker and hard interface: a TCP window's burst fits
+# Receive-ring slots per worker and hard interface: one TCP flow's burst (bench/memory.py
+# --iperf: 1024 slots dropped frames at 1 Gbit/s, 2048 none there but some at 1.6 Gbit/s,
+# 4096 none; bench/memory-profile.md). The bytes follow the MTU: 5.2 MB at MTU 1560 (the
+# 4096 power-of-two slots of before took 8 MB).
+RX_FRAMES = 3072
 RESTART_BACKOFF = 1.0  # seconds between restarts of a worker that keeps dying
 SILENCE_LIMIT = 5.0  # a worker that has not reported for this long is stuck: killed and restarted
 
@@ -44,14 +48,19 @@ SILENCE_LIMIT = 5.0  # a worker that has not reported for this long is stuck: ki
 # How a worker starts: isolated (-I: neither the current directory nor PYTHONPATH nor the
 # user's site-packages on sys.path, so nothing planted where the daemon was started runs
 # as root), from "/", with the batmand package this daemon runs loaded from its directory.
+# batmand.wire is registered bare, its __init__ not run: the worker needs three of its
+# small modules, not every packet's codec and crc32c (with importlib.metadata) behind them.
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(batmand.__file__))
 _WORKER_BOOTSTRAP = """
-import importlib.util, sys
+import importlib.machinery, importlib.util, sys
 spec = importlib.util.spec_from_file_location("batmand", sys.argv[1] + "/__init__.py",
                                               submodule_search_locations=[sys.argv[1]])
 package = importlib.util.module_from_spec(spec)
 sys.modules["batmand"] = package
 spec.loader.exec_module(package)
+wire = importlib.util.module_from_spec(importlib.machinery.ModuleSpec("batmand.wire", None, is_package=True))
+wire.__path__ = [sys.argv[1] + "/wire"]
+sys.modules["batmand.wire"] = package.wire = wire
 from batmand.dataplane.worker import main
 main(sys.argv[2:])
 """
@@ -331,7 +340,7 @@ class WorkerPool:
         rings = []
         try:
             for _ in self.workers:
-                rings.append(RxRing(name, program=bpf.UNICAST_ONLY, fanout_group=group,
+                rings.append(RxRing(name, program=bpf.UNICAST_ONLY, fanout_group=group, mapped=False,
                                     **_ring_settings(mtu, self.settings["rx_ring"])))
         except OSError:
             for ring in rings:

@@ -9,13 +9,14 @@ the kernel's batman-adv does: traffic shaping configured by the user applies to 
 
 from __future__ import annotations
 
+import array
 import collections
 import errno
 import mmap
 import socket
 import struct
 
-from batmand.wire import ETH_P_BATMAN
+from batmand.wire.constants import ETH_P_BATMAN
 
 from . import bpf
 
@@ -48,13 +49,36 @@ BLOCK_HDR = struct.Struct("III")  # at offset 8 of a block: block_status, num_pk
 _U32 = struct.Struct("I")
 
 
+TPACKET_ALIGNMENT = 16
+BLOCK_SIZE = 1 << 16  # V2 blocks (and the TX ring's): a frame never spans two
+TX_FRAMES = 256  # transmit-ring slots: a burst that finds them all queued is flushed and waits
+
+
 def frame_size_for(mtu: int) -> int:
-    """Ring slot size holding a frame of this MTU plus the ring and vnet headers."""
+    """Ring slot size holding a frame of this MTU plus the ring and vnet headers, rounded
+    to the kernel's alignment only: a power of two would waste up to half of every slot
+    (2048 bytes for 1684 at MTU 1560, 8192 for 4124 at MTU 4000)."""
     need = mtu + 14 + 4 + 10 + 96
-    size = 2048
-    while size < need:
-        size *= 2
-    return size
+    return -(-need // TPACKET_ALIGNMENT) * TPACKET_ALIGNMENT
+
+
+def block_size_for(frame_size: int) -> int:
+    """Blocks are whole pages holding at least one frame."""
+    return max(BLOCK_SIZE, -(-frame_size // mmap.PAGESIZE) * mmap.PAGESIZE)
+
+
+def slot_offsets(frame_size: int, block_size: int, frame_nr: int) -> array.array:
+    """Where each slot starts: frames are packed from the start of each block, and the
+    block's rest (when the frame size does not divide it) is a gap the kernel skips."""
+    per_block = block_size // frame_size
+    return array.array("Q", [(i // per_block) * block_size + (i % per_block) * frame_size for i in range(frame_nr)])
+
+
+def ring_bytes_for(mtu: int, frames: int) -> int:
+    """What a V2 ring of at least `frames` slots for this MTU maps (whole blocks)."""
+    size = frame_size_for(mtu)
+    block = block_size_for(size)
+    return -(-frames // (block // size)) * block
 
 
 def error_name(code: int) -> str:
@@ -86,7 +110,9 @@ class RxRing:
 
     def __init__(self, ifname: str, *, mtu: int = 1560, frames: int = 1024, version: int = TPACKET_V2,
                  vnet_hdr: bool = False, program: bytes | None = None, fanout_group: int | None = None,
-                 block_timeout_ms: int = 1, sock: socket.socket | None = None) -> None:
+                 block_timeout_ms: int = 1, sock: socket.socket | None = None, mapped: bool = True) -> None:
+        """`mapped=False`: the ring is set up but not mapped here (the control process opens
+        the workers' rings, and only the worker that reads one maps it)."""
         self.version = version
         self.vnet_hdr = vnet_hdr
         self.frame_size = frame_size_for(mtu)
@@ -100,9 +126,11 @@ class RxRing:
             except OSError:
                 self.sock.close()
                 raise
-        self.map = mmap.mmap(self.sock.fileno(), self.ring_bytes, mmap.MAP_SHARED,
-                             mmap.PROT_READ | mmap.PROT_WRITE)
-        self.view = memoryview(self.map)
+        self.map = self.view = None
+        if mapped:
+            self.map = mmap.mmap(self.sock.fileno(), self.ring_bytes, mmap.MAP_SHARED,
+                                 mmap.PROT_READ | mmap.PROT_WRITE)
+            self.view = memoryview(self.map)
         self.index = 0
         self._taken: list[int] = []  # status words of slots (V2) or blocks (V3) handed to us
         self.truncated = 0  # frames longer than a slot, dropped (the engine collects the count)
@@ -128,20 +156,21 @@ class RxRing:
 
     def _size(self, frames: int) -> None:
         if self.version == TPACKET_V2:
-            self.block_size = max(self.frame_size, 1 << 16)
+            self.block_size = block_size_for(self.frame_size)
             per_block = self.block_size // self.frame_size
         else:
-            self.block_size = 1 << 17
+            self.block_size = max(1 << 17, block_size_for(self.frame_size))
             per_block = self.block_size // self.frame_size
         self.block_nr = max(2, -(-frames // per_block))
         self.frame_nr = self.block_nr * per_block
         self.ring_bytes = self.block_size * self.block_nr
+        self.slots = slot_offsets(self.frame_size, self.block_size, self.frame_nr)
 
     def _resync(self) -> None:
         """Find the oldest waiting frame (the first user-owned slot after a kernel-owned
         one): after mapping an inherited ring, or when our index lost the kernel's."""
-        n, size, view = self.frame_nr, self.frame_size, self.map
-        status = [_U32.unpack_from(view, i * size)[0] & TP_STATUS_USER for i in range(n)]
+        n, view = self.frame_nr, self.map
+        status = [_U32.unpack_from(view, base)[0] & TP_STATUS_USER for base in self.slots]
         for i in range(n):
             if status[i] and not status[i - 1]:
                 self.index = i
@@ -163,15 +192,15 @@ class RxRing:
         With vnet_hdr the 10-byte virtio header sits just before the data."""
         if self.version == TPACKET_V3:
             return self._frames_v3(budget)
-        view, size, n = self.map, self.frame_size, self.frame_nr
+        view, slots, n = self.map, self.slots, self.frame_nr
         unpack = TPACKET2_HDR.unpack_from
-        if not _U32.unpack_from(view, self.index * size)[0] & TP_STATUS_USER:
+        if not _U32.unpack_from(view, slots[self.index])[0] & TP_STATUS_USER:
             self._resync()  # nothing at our index: we may have lost the kernel's position
         i = self.index
         out = []
         taken = self._taken
         for _ in range(budget):
-            base = i * size
+            base = slots[i]
             status, length, snaplen, mac, _net = unpack(view, base)
             if not status & TP_STATUS_USER:
                 break
@@ -222,11 +251,12 @@ class RxRing:
         return out
 
     def close(self) -> None:
-        try:
-            self.view.release()
-            self.map.close()
-        except BufferError:
-            pass  # a slice of the ring is still referenced: the mapping goes with it
+        if self.map is not None:
+            try:
+                self.view.release()
+                self.map.close()
+            except BufferError:
+                pass  # a slice of the ring is still referenced: the mapping goes with it
         self.sock.close()
 
 
@@ -240,14 +270,15 @@ class TxRing:
     MTU, which can shrink at run time) is skipped (PACKET_LOSS): without it, the kernel
     would stop at its slot until the ring wrapped around."""
 
-    def __init__(self, ifname: str, *, mtu: int = 1560, frames: int = 256, vnet_hdr: bool = False,
+    def __init__(self, ifname: str, *, mtu: int = 1560, frames: int = TX_FRAMES, vnet_hdr: bool = False,
                  sock: socket.socket | None = None) -> None:
         self.vnet_hdr = vnet_hdr
         self.frame_size = frame_size_for(mtu)
-        self.block_size = max(self.frame_size, 1 << 16)
+        self.block_size = block_size_for(self.frame_size)
         per_block = self.block_size // self.frame_size
         self.block_nr = max(1, -(-frames // per_block))
         self.frame_nr = self.block_nr * per_block
+        self.slots = slot_offsets(self.frame_size, self.block_size, self.frame_nr)
         self.max_data = self.frame_size - TPACKET2_DATA - (10 if vnet_hdr else 0)
         if sock is None:
             sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
@@ -275,7 +306,7 @@ class TxRing:
         return self.sock.fileno()
 
     def _free_slot(self) -> int | None:
-        base = self.index * self.frame_size
+        base = self.slots[self.index]
         status = _U32.unpack_from(self.map, base)[0]
         if status == TP_STATUS_AVAILABLE:
             return base

@@ -175,7 +175,7 @@ def run_cell(m: int, n: int, code: str, tree: Path, args, workdir: Path, index: 
         stats_path = workdir / f"{tag}-{cell}-{code}.gen.json"
         gen = h.spawn(h.in_ns(gns, ["env", f"PYTHONPATH={ROOT}", sys.executable, str(BENCH / "ogm_load.py"),
                                     "--iface", "gen0", "--neighbours", str(n), "--originators", str(m),
-                                    "--slots", str(args.slots), "--stats", str(stats_path)]),
+                                    "--slots", str(args.slots), "--tvlvs", args.tvlvs, "--stats", str(stats_path)]),
                       str(workdir / f"{tag}-gen.log"))
         daemon = h.spawn(h.in_ns(dns, ["env", f"PYTHONPATH={tree}", str(VENV_BIN / "batmand"), "-m", "bat0",
                                        "-i", "eth0", "--state-dir", "", "--workers", str(args.workers),
@@ -318,6 +318,8 @@ def main() -> int:
     ap.add_argument("--profile", metavar="FILE", help="py-spy raw profile of the daemon in the measure window")
     ap.add_argument("--top", type=int, default=15, help="functions listed from the profile")
     ap.add_argument("--slots", type=int, default=25, help="generator send slots per second")
+    ap.add_argument("--tvlvs", choices=("tt", "kernel"), default="tt",
+                    help="containers per OGM: TT (the issue's load) or MCAST + DAT + TT as a current kernel")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a batmand setting")
     ap.add_argument("--workdir", help="logs and counters (default: a new directory under /tmp)")
     args = ap.parse_args()
@@ -341,7 +343,7 @@ def main() -> int:
            "command": " ".join([Path(sys.executable).name, *sys.argv]),
            "code": {name: {"path": str(tree), "commit": commit_of(tree)} for name, tree in args.code_map.items()},
            "bench_commit": commit_of(ROOT), "workers": args.workers, "warmup_s": args.warmup,
-           "measure_s": args.measure, "slots_per_s": args.slots, "settings": args.set,
+           "measure_s": args.measure, "slots_per_s": args.slots, "tvlvs": args.tvlvs, "settings": args.set,
            "cpus": os.cpu_count(), "load_before": h.loadavg(), "workdir": str(workdir), "cells": []}
     codes = list(args.code_map)
     try:

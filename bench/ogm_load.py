@@ -33,8 +33,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from batmand.wire import (BROADCAST, ETH_P_BATMAN, IvOgm, Mac, OgmFlags, TtChange, TtDataFlags, TtTvlv,  # noqa: E402
-                          TtVlan, UnicastTvlv, WireError, build_frame, decode_frame, tt_vlan_crc)
+from batmand.wire import (BROADCAST, ETH_P_BATMAN, DatTvlv, IvOgm, Mac, McastTvlv, OgmFlags, TtChange,  # noqa: E402
+                          TtDataFlags, TtTvlv, TtVlan, UnicastTvlv, WireError, build_frame, decode_frame,
+                          tt_vlan_crc)
 
 MAX_AGGREGATION_BYTES = 512  # bat_iv_ogm.c: batman-adv bytes per aggregated frame
 MAX_AGGREGATION_PACKETS = 32
@@ -44,6 +45,9 @@ PACKET_IGNORE_OUTGOING = 23  # not in Python's socket module; our own sends are 
 SEQNO = struct.Struct("!I")
 OGM_SEQNO_OFF, OGM_ORIG, OGM_TVLV_LEN = 4, slice(8, 14), slice(22, 24)
 HOP_PENALTY_TQ = 225  # what a kernel neighbour leaves of TQ 255 (hop_penalty 30)
+# --tvlvs kernel: what a current kernel node without multicast listeners or routers adds
+# (MCAST v2: WANT_NO_RTR4 | WANT_NO_RTR6 | HAVE_MC_PTYPE_CAPA; DAT v1, empty)
+KERNEL_MCAST_FLAGS = 0x38
 
 # locally administered MACs, one prefix per role, the index in the low three bytes
 NEIGHBOUR, ORIGINATOR, CLIENT, BEHIND = 0x4E, 0x0F, 0xC1, 0xBE
@@ -62,9 +66,10 @@ class Node:
         self.orig, self.client, self.ttvn = orig, client, ttvn
         self.crc = tt_vlan_crc([(client, 0)], 0)
 
-    def ogm_tt(self) -> TtTvlv:
-        # the kernel's OGM container: OGM_DIFF, no changes once the table is settled
-        return TtTvlv(flags=TtDataFlags.OGM_DIFF, ttvn=self.ttvn, vlans=[TtVlan(crc=self.crc, vid=0)])
+    def ogm_tvlvs(self, kernel: bool) -> list:
+        # the kernel's TT container: OGM_DIFF, no changes once the table is settled
+        tt = TtTvlv(flags=TtDataFlags.OGM_DIFF, ttvn=self.ttvn, vlans=[TtVlan(crc=self.crc, vid=0)])
+        return [McastTvlv(KERNEL_MCAST_FLAGS), DatTvlv(), tt] if kernel else [tt]
 
     def full_table(self) -> TtTvlv:
         return TtTvlv(flags=TtDataFlags.RESPONSE | TtDataFlags.FULL_TABLE, ttvn=self.ttvn,
@@ -95,7 +100,7 @@ def aggregate(src: Mac, elements: list[bytes]) -> list[tuple[bytearray, tuple[in
 
 
 class Load:
-    def __init__(self, neighbours: int, originators: int, slots: int) -> None:
+    def __init__(self, neighbours: int, originators: int, slots: int, kernel_tvlvs: bool = False) -> None:
         self.slots = slots
         self.neighbours = [Node(mac(NEIGHBOUR, n), mac(CLIENT, 0x800000 | n)) for n in range(neighbours)]
         self.origs = [Node(mac(ORIGINATOR, x), mac(CLIENT, x)) for x in range(originators)]
@@ -108,11 +113,11 @@ class Load:
                 elems = []
                 if n % slots == k:
                     elems.append(IvOgm(seqno=0, orig=nb.orig, prev_sender=nb.orig, ttl=50, tq=255,
-                                       tvlvs=[nb.ogm_tt()]).encode())
+                                       tvlvs=nb.ogm_tvlvs(kernel_tvlvs)).encode())
                 for x in range(k, originators, slots):
                     o = self.origs[x]
                     elems.append(IvOgm(seqno=0, orig=o.orig, prev_sender=mac(BEHIND, x), ttl=48,
-                                       tq=forward_tq(n, x, neighbours), tvlvs=[o.ogm_tt()]).encode())
+                                       tq=forward_tq(n, x, neighbours), tvlvs=o.ogm_tvlvs(kernel_tvlvs)).encode())
                 self.schedule[k].extend(aggregate(nb.orig, elems))
         self.per_second = neighbours * originators + neighbours
 
@@ -263,9 +268,12 @@ def main() -> int:
     ap.add_argument("--neighbours", type=int, default=3)
     ap.add_argument("--originators", type=int, default=1000)
     ap.add_argument("--slots", type=int, default=25, help="send slots per second")
+    ap.add_argument("--tvlvs", choices=("tt", "kernel"), default="tt",
+                    help="containers per OGM: TT only, or MCAST + DAT + TT as a current kernel sends")
     ap.add_argument("--stats", required=True, help="JSON counters, rewritten every second")
     args = ap.parse_args()
-    gen = Generator(args.iface, Load(args.neighbours, args.originators, args.slots), args.stats)
+    load = Load(args.neighbours, args.originators, args.slots, kernel_tvlvs=args.tvlvs == "kernel")
+    gen = Generator(args.iface, load, args.stats)
 
     def stop(*_):
         gen.stop = True

@@ -29,6 +29,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -45,9 +46,22 @@ from profile import hot_functions  # noqa: E402  (bench/profile.py)
 VENV_BIN = Path(sys.executable).parent
 PY_SPY = VENV_BIN / "py-spy"
 PREFIX = f"cpb{os.getpid()}"
+STALE_RE = re.compile(r"^cpb(\d+)c\d+[dg]$")
 DEFAULT_CELLS = [f"{m}x{n}" for n in (3, 6, 12) for m in (250, 500, 1000, 2000)]
 MIN_RATE = 0.95  # achieved / target below which a cell is refused
 GEN_BUSY = 0.90  # generator cores above which it may be the bottleneck
+
+
+def remove_stale() -> list[str]:
+    """Namespaces of an earlier run of this bench whose process is gone (a SIGKILLed run)."""
+    removed = []
+    for line in h.run(["ip", "netns", "list"], check=False, record=False).stdout.splitlines():
+        name = (line.split() or [""])[0]
+        m = STALE_RE.match(name)
+        if m and not os.path.exists(f"/proc/{m.group(1)}"):
+            h.del_ns(name)
+            removed.append(name)
+    return removed
 
 
 def parse_cells(text: str) -> list[tuple[int, int]]:
@@ -346,6 +360,9 @@ def main() -> int:
            "measure_s": args.measure, "slots_per_s": args.slots, "tvlvs": args.tvlvs, "settings": args.set,
            "cpus": os.cpu_count(), "load_before": h.loadavg(), "workdir": str(workdir), "cells": []}
     codes = list(args.code_map)
+    stale = remove_stale()
+    if stale:
+        h.log(f"removed namespaces of earlier runs: {' '.join(stale)}")
     try:
         index = 0
         for i, (m, n) in enumerate(args.cell_list):

@@ -190,7 +190,7 @@ def run_cell(m: int, n: int, code: str, tree: Path, args, workdir: Path, index: 
         gen = h.spawn(h.in_ns(gns, ["env", f"PYTHONPATH={ROOT}", sys.executable, str(BENCH / "ogm_load.py"),
                                     "--iface", "gen0", "--neighbours", str(n), "--originators", str(m),
                                     "--slots", str(args.slots), "--tvlvs", args.tvlvs, "--stats", str(stats_path)]),
-                      str(workdir / f"{tag}-gen.log"))
+                      str(workdir / f"{tag}-{cell}-{code}.gen.log"))
         daemon = h.spawn(h.in_ns(dns, ["env", f"PYTHONPATH={tree}", str(VENV_BIN / "batmand"), "-m", "bat0",
                                        "-i", "eth0", "--state-dir", "", "--workers", str(args.workers),
                                        *sum((["--set", kv] for kv in args.set), [])]),
@@ -202,17 +202,18 @@ def run_cell(m: int, n: int, code: str, tree: Path, args, workdir: Path, index: 
             check_alive(procs)
             time.sleep(0.5)
 
-        sampler = None
-        if args.profile:
-            raw = profile_path(args.profile, cell, code, args)
-            sampler = subprocess.Popen([str(PY_SPY), "record", "--nonblocking", "--format", "raw", "-r", "200",
-                                        "-d", str(int(args.measure)), "-o", str(raw), "-p", str(daemon.pid)],
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         # the window runs between two of the generator's second boundaries; the CPU is read
         # right at them, the batmanctl queries (which cost the daemon too) just outside
         s0, l0 = statistics(dns, tree), h.link_stats(dns)
         g0 = wait_next_stats(stats_path, time.monotonic())
         c0, gc0, o0 = cpu_s(daemon.pid), cpu_s(gen.pid), h.all_procs()
+        sampler = None
+        if args.profile:  # the control process only: workers carry no control plane
+            raw = profile_path(args.profile, cell, code, args)
+            sampler = subprocess.Popen([str(PY_SPY), "record", "--nonblocking", "--format", "raw", "-r", "200",
+                                        "-d", str(max(int(args.measure) - 1, 1)), "-o", str(raw),
+                                        "-p", str(daemon.pid)],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         time.sleep(max(args.measure - 1, 0.5))
         g1 = wait_next_stats(stats_path, g0.get("t", 0) + args.measure - 0.5)
         c1, gc1, o1 = cpu_s(daemon.pid), cpu_s(gen.pid), h.all_procs()

@@ -15,7 +15,8 @@ one Python process reach tens of thousands of OGMs per second. Counters (what it
 when, its own CPU) go to --stats as JSON once a second and at exit. Run it inside the
 generator's namespace, e.g.
 
-    ip netns exec NS .venv/bin/python bench/ogm_load.py --iface gen0 --neighbours 3 --originators 1000 --stats /tmp/s.json
+    ip netns exec NS .venv/bin/python bench/ogm_load.py --iface gen0 --neighbours 3 \
+        --originators 1000 --stats /tmp/s.json
 """
 
 from __future__ import annotations

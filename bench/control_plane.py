@@ -226,6 +226,8 @@ def run_cell(m: int, n: int, code: str, tree: Path, args, workdir: Path, index: 
         result["processes"] = len(pids)
         result["other_cores"] = round(h.neighbour_cpu(o0, o1)[0] / max(result["window_s"], 1e-9), 3)
         result.update(learnt(dns, tree))
+        # every simulated node (M originators and the N neighbours) routed, its table in
+        result["converged"] = all((result.get(k) or 0) >= m + n for k in ("originators_routed", "tt_global"))
         if sampler is not None:
             try:
                 _, err = sampler.communicate(timeout=args.measure + 30)

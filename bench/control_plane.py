@@ -35,6 +35,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from statistics import median as statistics_median
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -209,7 +210,7 @@ def run_cell(m: int, n: int, code: str, tree: Path, args, workdir: Path, index: 
         c0, gc0, o0 = cpu_s(daemon.pid), cpu_s(gen.pid), h.all_procs()
         sampler = None
         if args.profile:  # the control process only: workers carry no control plane
-            raw = profile_path(args.profile, cell, code, args)
+            raw = profile_path(args.profile, f"{cell}-{code}-{tag}", args)
             sampler = subprocess.Popen([str(PY_SPY), "record", "--nonblocking", "--format", "raw", "-r", "200",
                                         "-d", str(max(int(args.measure) - 1, 1)), "-o", str(raw),
                                         "-p", str(daemon.pid)],
@@ -247,11 +248,12 @@ def run_cell(m: int, n: int, code: str, tree: Path, args, workdir: Path, index: 
             h.del_ns(ns)
 
 
-def profile_path(base: str, cell: str, code: str, args) -> Path:
+def profile_path(base: str, run: str, args) -> Path:
+    """FILE itself for a single run, else one file per run beside it."""
     p = Path(base)
-    if len(args.cell_list) == 1 and len(args.code_map) == 1:
+    if len(args.cell_list) == 1 and len(args.code_map) == 1 and args.reps == 1:
         return p
-    return p.with_name(f"{p.stem}-{cell}-{code}{p.suffix or '.txt'}")
+    return p.with_name(f"{p.stem}-{run}{p.suffix or '.txt'}")
 
 
 def measure(cell: str, code: str, m: int, n: int, g0: dict, g1: dict, daemon_cpu: float, gen_cpu: float,
@@ -307,22 +309,24 @@ def measure(cell: str, code: str, m: int, n: int, g0: dict, g1: dict, daemon_cpu
 
 # ------------------------------------------------------------------ report
 def ratios(results: list[dict], codes: list[str]) -> list[dict]:
-    """Per cell, the last tree's figures over the first's (after/before)."""
+    """Per cell, the last tree's figures over the first's (after/before), each the median
+    of its repetitions; refused cells have no figures and give no ratio."""
     if len(codes) < 2:
         return []
     first, last = codes[0], codes[-1]
     out = []
     for cell in dict.fromkeys(r["cell"] for r in results):
-        a = next((r for r in results if r["cell"] == cell and r["code"] == first), None)
-        b = next((r for r in results if r["cell"] == cell and r["code"] == last), None)
-        if not a or not b:
-            continue
         row = {"cell": cell, "ratio": f"{last}/{first}"}
         for k in ("us_per_ogm", "daemon_cores", "rss_mib"):
-            row[k] = {first: a.get(k), last: b.get(k),
-                      "ratio": round(b[k] / a[k], 3) if a.get(k) and b.get(k) is not None else None}
+            a, b = (median([r.get(k) for r in results if r["cell"] == cell and r["code"] == c]) for c in (first, last))
+            row[k] = {first: a, last: b, "ratio": round(b / a, 3) if a and b is not None else None}
         out.append(row)
     return out
+
+
+def median(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return round(statistics_median(values), 4) if values else None
 
 
 def main() -> int:
@@ -330,6 +334,7 @@ def main() -> int:
     ap.add_argument("--cells", default=",".join(DEFAULT_CELLS), help="MxN: M originators behind N neighbours")
     ap.add_argument("--warmup", type=float, default=20.0, help="seconds before measuring")
     ap.add_argument("--measure", type=float, default=20.0, help="seconds measured")
+    ap.add_argument("--reps", type=int, default=1, help="repetitions of the whole set (ratios: medians)")
     ap.add_argument("--workers", type=int, default=0, help="batmand --workers")
     ap.add_argument("--code", help="NAME=PATH,NAME=PATH: source trees to compare (daemon PYTHONPATH)")
     ap.add_argument("--profile", metavar="FILE", help="py-spy raw profile of the daemon in the measure window")
@@ -360,7 +365,8 @@ def main() -> int:
            "command": " ".join([Path(sys.executable).name, *sys.argv]),
            "code": {name: {"path": str(tree), "commit": commit_of(tree)} for name, tree in args.code_map.items()},
            "bench_commit": commit_of(ROOT), "workers": args.workers, "warmup_s": args.warmup,
-           "measure_s": args.measure, "slots_per_s": args.slots, "tvlvs": args.tvlvs, "settings": args.set,
+           "measure_s": args.measure, "reps": args.reps,
+           "slots_per_s": args.slots, "tvlvs": args.tvlvs, "settings": args.set,
            "cpus": os.cpu_count(), "load_before": h.loadavg(), "workdir": str(workdir), "cells": []}
     codes = list(args.code_map)
     stale = remove_stale()
@@ -368,16 +374,18 @@ def main() -> int:
         h.log(f"removed namespaces of earlier runs: {' '.join(stale)}")
     try:
         index = 0
-        for i, (m, n) in enumerate(args.cell_list):
-            # alternate which tree goes first, so that neither always gets the fresher machine
-            order = codes if i % 2 == 0 else codes[::-1]
-            for code in order:
-                try:
-                    doc["cells"].append(run_cell(m, n, code, args.code_map[code], args, workdir, index))
-                except RuntimeError as exc:
-                    h.log(f"{m}x{n} [{code}] failed: {exc}")
-                    doc["cells"].append({"cell": f"{m}x{n}", "code": code, "error": str(exc)})
-                index += 1
+        for rep in range(args.reps):
+            for i, (m, n) in enumerate(args.cell_list):
+                # alternate which tree goes first, so that neither always gets the fresher machine
+                order = codes if (i + rep) % 2 == 0 else codes[::-1]
+                for code in order:
+                    try:
+                        result = run_cell(m, n, code, args.code_map[code], args, workdir, index)
+                    except RuntimeError as exc:
+                        h.log(f"{m}x{n} [{code}] failed: {exc}")
+                        result = {"cell": f"{m}x{n}", "code": code, "error": str(exc)}
+                    doc["cells"].append(result | {"rep": rep})
+                    index += 1
     except KeyboardInterrupt as exc:
         doc["interrupted"] = str(exc) or "Ctrl-C"
     finally:

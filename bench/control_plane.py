@@ -9,18 +9,22 @@ warm-up it measures, over a window: the daemon's CPU (utime+stime of its process
 received OGM, its cores and RSS, the generator's achieved OGM rate (a cell below 95% of its
 target is refused, with the reason), whether the daemon kept up (socket drops, `batmanctl
 s`), and what it learnt (`batmanctl oj`/`tgj`: originators with a route, global TT
-entries). Prints one JSON document on stdout; progress goes to stderr. Run as root:
+entries). Prints one JSON document on stdout; progress goes to stderr. Run as root from a
+checkout (the daemon runs from the tree given by --code, by default this one):
 
-    PYTHONPATH=. .venv/bin/python bench/control_plane.py --cells 1000x3 --warmup 10 --measure 15
-    PYTHONPATH=. .venv/bin/python bench/control_plane.py                      # the issue's grid
-    PYTHONPATH=. .venv/bin/python bench/control_plane.py --cells 1000x3 --profile /tmp/cp.txt
-    PYTHONPATH=. .venv/bin/python bench/control_plane.py --cells 1000x3 \\
-        --code before=/work/main,after=/work/wt/cp                        # ratios after/before
+    .venv/bin/python bench/control_plane.py --cells 1000x3 --warmup 10 --measure 15
+    .venv/bin/python bench/control_plane.py                   # the issue's grid, 250..2000 x 3..12
+    .venv/bin/python bench/control_plane.py --cells 1000x3 --profile /tmp/cp.txt
+    .venv/bin/python bench/control_plane.py --cells 1000x3 --reps 3 \\
+        --code before=/path/to/old/checkout,after=.                 # ratios after/before
 
 --code runs the same cells against several source trees (the daemon starts with
-PYTHONPATH=<tree>), interleaved cell by cell, and adds the ratios of the last tree to the
-first. --profile records the daemon with py-spy (raw format) during the measure window
-and adds its top self-time functions (a profiled run's CPU includes the sampling's cost).
+PYTHONPATH=<tree>), interleaved cell by cell in alternating order, and adds the ratios of
+the last tree to the first (medians over --reps). --profile records the daemon's control
+process with py-spy (raw format) during the measure window and adds its top self-time
+functions (a profiled run's CPU includes the sampling's cost; py-spy comes with
+scripts/bench-setup.sh). --workers N starts the daemon with N data-plane workers, --tvlvs
+kernel adds the MCAST and DAT containers of a current kernel to every OGM.
 """
 
 from __future__ import annotations

@@ -107,8 +107,11 @@ class Load:
         return out
 
 
-def run_cell(origs: int, neighs: int, seconds: float, warmup: float, profile: bool) -> dict:
-    """Feed the core; time only its calls."""
+def run_cell(origs: int, neighs: int, seconds: float, warmup: float, profile: bool, memory: bool = False) -> dict:
+    """Feed the core; time only its calls (with `memory`: what the core holds, traced)."""
+    if memory:
+        import tracemalloc
+        tracemalloc.start()
     from batmand.core.config import MeshConfig
     from batmand.core.events import Transmit
     from batmand.core.mesh import Mesh
@@ -159,7 +162,15 @@ def run_cell(origs: int, neighs: int, seconds: float, warmup: float, profile: bo
         pstats.Stats(profiler, stream=stream).sort_stats(os.environ.get("BENCH_SORT", "tottime")).print_stats(30)
         print(stream.getvalue(), file=sys.stderr)
     routed = sum(1 for o in mesh.originators.nodes.values() if o.router() is not None)
-    return {"origs": origs, "neighs": neighs, "ogms_per_s": (origs + 1) * neighs,
+    held = None
+    if memory:
+        import gc
+        import tracemalloc
+        del load, pending, slots, frames, batch, actions
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+    return {"core_bytes": held, "origs": origs, "neighs": neighs, "ogms_per_s": (origs + 1) * neighs,
             "us_per_ogm": round(cpu / received * 1e6, 2) if received else None,
             "cores": round(cpu / seconds, 4), "routed": routed, "tt_global": len(mesh.tt.global_),
             "counters_drop": {k: v for k, v in mesh.counters.items() if k.startswith("drop")}}
@@ -173,11 +184,13 @@ def main() -> None:
     parser.add_argument("--trees", default="", help="NAME=PATH,... source trees compared in one run")
     parser.add_argument("--repeat", type=int, default=1, help="runs per cell and tree, interleaved")
     parser.add_argument("--profile", action="store_true", help="cProfile the measured part (stderr)")
+    parser.add_argument("--memory", action="store_true",
+                        help="trace what the core holds (slow): bytes per originator between the cells")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # child mode: one cell, this interpreter's tree
     args = parser.parse_args()
     if args.one:
         origs, neighs = (int(x) for x in args.one.split("x"))
-        print(json.dumps(run_cell(origs, neighs, args.seconds, args.warmup, args.profile)))
+        print(json.dumps(run_cell(origs, neighs, args.seconds, args.warmup, args.profile, args.memory)))
         return
     cells = [tuple(int(x) for x in c.split("x")) for c in args.cells.split(",")]
     trees = dict(t.split("=", 1) for t in args.trees.split(",")) if args.trees else {"this": str(HERE.parent)}
@@ -188,7 +201,7 @@ def main() -> None:
                 env = {**os.environ, "PYTHONPATH": str(Path(path).resolve())}
                 out = subprocess.run([sys.executable, "-P", str(HERE / "core_ogm.py"), "--one", f"{origs}x{neighs}",
                                       "--seconds", str(args.seconds), "--warmup", str(args.warmup)]
-                                     + (["--profile"] if args.profile else []),
+                                     + (["--profile"] if args.profile else []) + (["--memory"] if args.memory else []),
                                      env=env, check=True, text=True, stdout=subprocess.PIPE)
                 results.setdefault(f"{origs}x{neighs}", {}).setdefault(name, []).append(json.loads(out.stdout))
     report = {"what": "protocol core only: CPU µs per received OGM (median of repeats)", "cells": {}}
@@ -201,6 +214,14 @@ def main() -> None:
         if len(names) == 2 and row[names[0]]["us_per_ogm"]:
             row[f"ratio {names[1]}/{names[0]}"] = round(row[names[1]]["us_per_ogm"] / row[names[0]]["us_per_ogm"], 3)
         report["cells"][cell] = row
+    if args.memory and len(cells) >= 2:  # the slope between the first two cells: fixed costs cancel
+        (o1, n1), (o2, n2) = cells[:2]
+        report["bytes_per_originator"] = {
+            name: round((report["cells"][f"{o2}x{n2}"][name]["core_bytes"] - report["cells"][f"{o1}x{n1}"][name]["core_bytes"])
+                        / (o2 - o1)) for name in trees}
+        if len(trees) == 2:
+            a, b = report["bytes_per_originator"].values()
+            report["bytes_per_originator"]["ratio"] = round(b / a, 3)
     print(json.dumps(report, indent=1))
 
 

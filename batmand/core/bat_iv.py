@@ -46,27 +46,33 @@ class IvIface:
 @dataclass(eq=False, slots=True)
 class IvNeighIfInfo:
     """neigh_ifinfo->bat_iv: the window of the neighbour's OGMs received, and its TQ ring
-    (with the sum and count of its non-zero values, kept as it turns)."""
+    (a byte per TQ in one int, with the sum and count of its non-zero values, kept as it
+    turns: there is one of these per neighbour, originator and outgoing interface)."""
 
     real_bits: int = 0
     real_packet_count: int = 0
-    tq_recv: list[int] = field(default_factory=lambda: [0] * TQ_GLOBAL_WINDOW_SIZE)
+    tq_ring: int = 0  # TQ i in bits 8i..8i+7
     tq_index: int = 0
     tq_avg: int = 0
     tq_sum: int = 0
     tq_nonzero: int = 0
 
+    @property
+    def tq_recv(self) -> list[int]:
+        return [self.tq_ring >> 8 * i & 0xFF for i in range(TQ_GLOBAL_WINDOW_SIZE)]
+
     def push_tq(self, value: int) -> None:
         """batadv_ring_buffer_set + batadv_ring_buffer_avg (zeros are not averaged)."""
-        ring, index = self.tq_recv, self.tq_index
-        old = ring[index]
+        index = self.tq_index
+        shift = 8 * index
+        old = self.tq_ring >> shift & 0xFF
         if old:
             self.tq_sum -= old
             self.tq_nonzero -= 1
         if value:
             self.tq_sum += value
             self.tq_nonzero += 1
-        ring[index] = value
+        self.tq_ring = self.tq_ring & ~(0xFF << shift) | value << shift
         self.tq_index = (index + 1) % TQ_GLOBAL_WINDOW_SIZE
         self.tq_avg = self.tq_sum // self.tq_nonzero if self.tq_nonzero else 0
 

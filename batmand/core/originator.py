@@ -157,7 +157,9 @@ class OriginatorTable:
                 return None
             if self.hardif_neigh_get_or_create(hard_iface, addr, orig_node.orig, now) is None:
                 return None
-            neigh = orig_node.neighbours[key] = NeighNode(Mac(addr), hard_iface, orig_neigh, now)
+            # the neighbour's address is its originator's (IV): one Mac object for both
+            mac = orig_neigh.orig if orig_neigh.orig == addr else Mac(addr)
+            neigh = orig_node.neighbours[key] = NeighNode(mac, hard_iface, orig_neigh, now)
         else:
             hard_iface.eviction.touch(addr)
             neigh.orig_node = orig_neigh

@@ -31,6 +31,9 @@ if not os.environ.get("PYTHONPATH"):
 
 from batmand.wire.constants import TtDataFlags, TvlvType  # noqa: E402
 
+sys.path.append(str(Path(__file__).resolve().parent))  # after the standard library (bench/profile.py)
+from tt_tables import full_table  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 OGM_HDR = struct.Struct("!BBBBI6s6sBBH")
 TT_TVLV = struct.Struct("!BBHBBHIHH")  # container header, tt data (flags ttvn num_vlan), one VLAN
@@ -84,8 +87,8 @@ class Load:
     def answers(self, frame: bytes, us: bytes) -> list[bytes]:
         """What the neighbours send back for one of our frames: echoes of our own OGMs,
         full-table TT responses for TT requests."""
-        from batmand.wire import BROADCAST, OgmFlags, TtChange, TtTvlv, TtVlan, UnicastTvlv, decode_frame
-        from batmand.wire.constants import PacketType, TtDataFlags
+        from batmand.wire import OgmFlags, TtTvlv, UnicastTvlv, decode_frame
+        from batmand.wire.constants import PacketType
         out = []
         decoded = decode_frame(frame)
         packet = decoded.packet
@@ -100,8 +103,7 @@ class Load:
             for tt in packet.tvlvs:
                 if isinstance(tt, TtTvlv) and tt.flags & TtDataFlags.REQUEST and packet.dst in self.clients:
                     orig = bytes(packet.dst)
-                    reply = TtTvlv(flags=TtDataFlags.RESPONSE | TtDataFlags.FULL_TABLE, ttvn=1,
-                                   vlans=[TtVlan(self.crc[orig], 0)], changes=[TtChange(0, self.clients[orig], 0)])
+                    reply = full_table([self.clients[orig]])
                     body = UnicastTvlv(dst=us, src=orig, tvlvs=[reply]).encode()
                     out.append(bytes(us) + bytes(decoded.ethernet.h_dest) + b"\x43\x05" + body)
         return out

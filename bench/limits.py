@@ -29,6 +29,7 @@ from batmand.core.mesh import Mesh  # noqa: E402
 from batmand.wire import (BROADCAST, Bcast, InnerFrame, IvOgm, Mac, TtChange, TtTvlv, TtVlan, UnicastFrag,  # noqa: E402
                           UnicastTvlv, build_frame, tt_entry_crc)
 from batmand.wire.constants import TtDataFlags  # noqa: E402
+from tt_tables import full_table  # noqa: E402
 
 OURS = Mac("02:00:00:00:00:01")
 ATTACKER = Mac("02:66:66:66:66:66")
@@ -71,11 +72,8 @@ def tt_diff(entries: int, count: int) -> dict:
     while done < count:
         clients = [client(next_client + k) for k in range(entries)]
         next_client += entries
-        crc = 0
-        for mac in clients:
-            crc ^= tt_entry_crc(mac, 0, 0)
-        full = TtTvlv(flags=TtDataFlags.RESPONSE | TtDataFlags.FULL_TABLE, ttvn=1, vlans=[TtVlan(crc=crc, vid=0)],
-                      changes=[TtChange(flags=0, addr=mac, vid=0) for mac in clients])
+        full = full_table(clients)
+        crc = full.vlans[0].crc
         mesh.receive(1.0, "if0", build_frame(OURS, orig, UnicastTvlv(dst=OURS, src=orig, tvlvs=[full])))
         assert len(mesh.tt.by_orig[orig]) == entries, "the full table was not taken"
         frames = []

@@ -120,8 +120,8 @@ def fed_mesh(originators: int, clients: int):
     global TT entries each."""
     from batmand.core.config import MeshConfig
     from batmand.core.mesh import Mesh
-    from batmand.wire import BROADCAST, IvOgm, Mac, TtChange, TtTvlv, TtVlan, UnicastTvlv, build_frame, tt_entry_crc
-    from batmand.wire.constants import TtDataFlags
+    from batmand.wire import BROADCAST, IvOgm, Mac, UnicastTvlv, build_frame
+    from tt_tables import full_table
 
     ours, neigh = Mac("02:00:00:00:00:01"), Mac("02:00:00:00:00:02")
     config = MeshConfig(max_originators=originators + 10, max_global_tt_entries=originators * clients + 10,
@@ -138,11 +138,7 @@ def fed_mesh(originators: int, clients: int):
         mesh.receive(1.0, "if0", ogm(orig, 1, 200))
         if clients:
             macs = [Mac(b"\x06" + i.to_bytes(3, "big") + k.to_bytes(2, "big")) for k in range(clients)]
-            crc = 0
-            for mac in macs:
-                crc ^= tt_entry_crc(mac, 0, 0)
-            full = TtTvlv(flags=TtDataFlags.RESPONSE | TtDataFlags.FULL_TABLE, ttvn=1, vlans=[TtVlan(crc=crc, vid=0)],
-                          changes=[TtChange(flags=0, addr=mac, vid=0) for mac in macs])
+            full = full_table(macs)
             mesh.receive(1.0, "if0", build_frame(ours, neigh, UnicastTvlv(dst=ours, src=orig, tvlvs=[full])))
     return mesh
 

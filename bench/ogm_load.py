@@ -34,7 +34,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from batmand.wire import (BROADCAST, ETH_P_BATMAN, DatTvlv, IvOgm, Mac, McastTvlv, OgmFlags, TtChange,  # noqa: E402
+from tt_tables import full_table  # noqa: E402
+from batmand.wire import (BROADCAST, ETH_P_BATMAN, DatTvlv, IvOgm, Mac, McastTvlv, OgmFlags,  # noqa: E402
                           TtDataFlags, TtTvlv, TtVlan, UnicastTvlv, WireError, build_frame, decode_frame,
                           tt_vlan_crc)
 
@@ -73,8 +74,7 @@ class Node:
         return [McastTvlv(KERNEL_MCAST_FLAGS), DatTvlv(), tt] if kernel else [tt]
 
     def full_table(self) -> TtTvlv:
-        return TtTvlv(flags=TtDataFlags.RESPONSE | TtDataFlags.FULL_TABLE, ttvn=self.ttvn,
-                      vlans=[TtVlan(crc=self.crc, vid=0)], changes=[TtChange(flags=0, addr=self.client, vid=0)])
+        return full_table([self.client], self.ttvn)
 
 
 def forward_tq(n: int, x: int, neighbours: int) -> int:

@@ -44,6 +44,7 @@ from .wifi import is_wireless, query_stations
 log = logging.getLogger("batmand")
 
 BATCH = 64  # frames per reader wake-up before yielding to the loop
+TIMER_EARLY = 0.002  # how much earlier than its deadline uvloop may run a timer
 MCAST_WORK_PERIOD = 0.5  # seconds between two looks at bat0's multicast groups
 MAX_HEADER = 32  # the largest batman-adv header we put in front of a 1500-byte frame
 
@@ -67,6 +68,7 @@ class Service:
         self.metrics: MetricsServer | None = None  # metrics_listen
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = float("inf")
+        self._clock_floor = 0.0  # the last timer deadline the core ran at
         self._icmp: dict[int, tuple[object, asyncio.Event]] = {}
         self._tp: dict[int, list[asyncio.Future]] = {}  # cookie -> who waits for that test's TpResult
         self._uid = random.randrange(256)
@@ -82,10 +84,10 @@ class Service:
         self._vlans_refused: set[int] = set()  # VLANs of bat0 the OGM had no room for (logged once)
         self._state_loaded = False  # the seqno state file was read
 
-    @staticmethod
-    def now() -> float:
-        # time.monotonic, not loop.time(): uvloop's clock has millisecond steps (ping RTTs)
-        return time.monotonic()
+    def now(self) -> float:
+        # time.monotonic, not loop.time(): uvloop's clock has millisecond steps (ping RTTs);
+        # never behind a deadline the core was already run at (_on_timer)
+        return max(time.monotonic(), self._clock_floor)
 
     # --- life cycle -------------------------------------------------------------------------------
 
@@ -591,9 +593,13 @@ class Service:
         self._timer = self.loop.call_later(max(0.0, deadline - self.now()), self._on_timer)
 
     def _on_timer(self) -> None:
-        self._timer = None
-        self._timer_at = float("inf")
+        deadline, self._timer, self._timer_at = self._timer_at, None, float("inf")
         now = self.now()
+        if deadline - TIMER_EARLY <= now < deadline:
+            # uvloop fires timers on its millisecond clock, a hair before time.monotonic
+            # gets there: this is the deadline's turn (not a wake-up for nothing, and then
+            # another one for the rest of that millisecond)
+            self._clock_floor = now = deadline
         seen = self.dataplane.take_seen()
         if seen:
             self.mesh.local_clients_seen(seen)

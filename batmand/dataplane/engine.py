@@ -197,7 +197,11 @@ class Engine:
         readv, bufs, cache, counters = os.readv, (buf,), self._host_cache, self.counters
         offloading, l4, header_len, short = self.csum_offload, self._host_l4, ETH_HEADER_LEN, VNET + HOST_KEY_MIN
         sent = sent_bytes = 0
-        for _ in range(BATCH):
+        for i in range(BATCH):
+            if i == 1 and touched:
+                # the first frame leaves before we look for a second one: a lone frame
+                # waits for no read (that only says EAGAIN) and no later frame
+                self._flush(touched)
             try:
                 n = readv(fd, bufs)
             except BlockingIOError:
@@ -377,6 +381,9 @@ class Engine:
         decisions = port.decisions
         l4, short, ttl_off = self._mesh_l4, MESH_KEY_MIN, TTL_OFF
         batch = ring.frames(BATCH)
+        # the coalescer is empty between batches: a lone frame has nothing to merge with,
+        # and is written at once rather than parsed, copied and queued
+        coalesce = coalesce and len(batch) > 1
         counters["rx_batches"] += 1
         if ring.truncated:
             counters["truncated"] += ring.truncated
@@ -424,6 +431,8 @@ class Engine:
                     counters["tap_write_dropped"] += 1
                 except OSError as exc:  # EIO: bat0 is down
                     self._count("drop_tap_write_" + error_name(exc.errno))
+                if self.gro:
+                    counters["gro_written"] += 1  # a TAP write of the GRO stage, with nothing merged
                 continue
             if decision is SLOW:
                 if coalesce:

@@ -53,6 +53,23 @@ class Port:
         self.rx = rx
         self.tx = tx
         self.decisions: dict = {}  # decision.mesh_key of a received frame -> Engine._decide()
+        # A socket with a TX ring sends only from its ring, so a lone frame goes out by a
+        # plain send on the receive socket (bound to the interface, through the same qdisc):
+        # no slot to fill and no kick. `direct_vnet` goes in front of the transmit ring's
+        # headers when only the receive socket takes a vnet header; None: no plain sends.
+        self.direct_vnet = b"" if rx.vnet_hdr == tx.vnet_hdr else offload.VNET_PLAIN if rx.vnet_hdr else None
+
+    def send_direct(self, head: bytes, frame) -> bool:
+        """Send one frame (`head` as for the transmit ring) at once. False: it was not sent
+        (frames wait in the ring, which they must not overtake; the socket's buffer is full;
+        the interface is down), and the transmit ring takes it with its own rules."""
+        if self.direct_vnet is None or self.tx.pending:
+            return False
+        try:
+            self.rx.sock.sendmsg((self.direct_vnet + head, frame) if self.direct_vnet else (head, frame))
+        except OSError:
+            return False
+        return True
 
 
 def table_sizes(table: ForwardingTable) -> dict:
@@ -237,9 +254,11 @@ class Engine:
                     frame = bytearray(frame)
                     offload.finish_checksum(frame, csum_start, csum_offset)
                     head = route.plain_head
-                if route.port.tx.put((head, frame), len(head) + n - VNET):
+                port = route.port
+                # the first frame of a wake-up leaves at once: a lone one waits for nothing
+                if (i == 0 and port.send_direct(head, frame)) or port.tx.put((head, frame), len(head) + n - VNET):
                     route.hits += 1
-                    touched.add(route.port)
+                    touched.add(port)
                     sent += 1
                     sent_bytes += n - VNET
                 else:

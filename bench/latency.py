@@ -1,19 +1,19 @@
-"""Lone-packet latency through a 2-node lab (bench/profile.py's pair): ping A -> B,
-100 x 10 ms and 1000 x 1 ms, p50/p99 round trip, and iperf3 TCP for the throughput that
-must not drop. Prints JSON.
+"""Lone-packet latency through a 2-node lab: ping A -> B, 100 x 10 ms and 1000 x 1 ms,
+p50/p99 round trip, and iperf3 TCP for the throughput that must not drop. Prints JSON.
 
     .venv/bin/python bench/latency.py [--workers 0,2] [--reps 3] [--tests ping10,ping1k,tcp]
         [--trees before=/tmp/lat-base,after=.] [--set KEY=VALUE ...]
 
-With --trees, every measurement runs once per tree, the trees' order rotated each
-repetition, so that all of them see the same machine state: each runs in a child of this
-script with PYTHONPATH=TREE (the daemons and their workers inherit it; the child reports
-which batmand package its daemon imported)."""
+With --trees, one lab per tree runs at the same time (its daemons with PYTHONPATH=TREE;
+their workers import the daemon's package), and each test runs on every lab in turn, the
+order rotated each repetition: all trees see the same machine state, test by test. The
+labs that are not measured meanwhile are idle. Without --trees: the batmand this Python
+imports."""
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import contextlib
 import json
 import os
 import re
@@ -23,7 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve()
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from batmand.lab import Lab, from_dict  # noqa: E402
 
 TESTS = {"ping10": (100, "0.01"), "ping1k": (1000, "0.001")}
 
@@ -36,14 +38,24 @@ def pct(values: list[float], p: float) -> float | None:
     return s[max(1, -(-len(s) * p // 100)) - 1]
 
 
-def ping(lab, count: int, interval: str) -> dict:
+def lab_for(tree: str | None, index: int, workers: int, settings: dict) -> Lab:
+    """Two nodes on one link (bench/profile.py's pair), their daemons from `tree`."""
+    topo = from_dict({"lab": {"name": "latency", "mtu": 1560},
+                      "batmand": {"orig_interval_ms": 200, "workers": workers, **settings},
+                      "node": [{"name": "a"}, {"name": "b"}], "link": [{"a": "a", "b": "b"}]})
+    batmand = str(Path(sys.executable).parent / "batmand")
+    daemon = ["env", f"PYTHONPATH={tree}", batmand] if tree else None
+    return Lab(topo, f"lat{os.getpid() % 10000}t{index}", daemon=daemon)
+
+
+def ping(lab: Lab, count: int, interval: str) -> dict:
     out = lab.exec("a", ["ping", "-n", "-c", str(count), "-i", interval, "-W", "1", lab.address("b")],
                    timeout=count * (float(interval) + 0.04) + 30).stdout
     rtts = [float(x) for x in re.findall(r"time=([\d.]+) ms", out)]
     return {"received": len(rtts), "p50_ms": pct(rtts, 50), "p99_ms": pct(rtts, 99)}
 
 
-def tcp(lab, seconds: int) -> dict:
+def tcp(lab: Lab, seconds: int) -> dict:
     server = lab.spawn("b", ["iperf3", "-s", "-1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.5)
@@ -56,62 +68,52 @@ def tcp(lab, seconds: int) -> dict:
             server.kill()
 
 
-def child(args) -> dict:
-    """One lab with this process's batmand: the tests, in order."""
-    import batmand.lab  # noqa: F401  from PYTHONPATH's tree, before profile.py puts its own first
-    spec = importlib.util.spec_from_file_location("bench_profile", HERE.parent / "profile.py")
-    profile = importlib.util.module_from_spec(spec)  # not the standard library's profile
-    spec.loader.exec_module(profile)
-    pair = profile.pair
+def ready(lab: Lab) -> str | None:
+    """Wait for the mesh; warm up; the PYTHONPATH the daemon runs with."""
+    for _ in range(100):
+        if lab.exec("a", ["ping", "-n", "-c1", "-W1", lab.address("b")]).returncode == 0:
+            break
+        time.sleep(0.2)
+    lab.exec("a", ["ping", "-n", "-q", "-c", "50", "-i", "0.01", lab.address("b")])
+    environ = Path(f"/proc/{lab.pids['a']}/environ").read_bytes().split(b"\0")
+    return next((e[11:].decode() for e in environ if e.startswith(b"PYTHONPATH=")), None)
 
+
+def measure(trees: list[tuple[str, str | None]], workers: int, args, runs: list[dict]) -> None:
     settings = dict(kv.split("=", 1) for kv in args.set)
-    res: dict = {}
-    with pair(args.workers, settings) as lab:
-        lab.start()
-        for _ in range(100):  # the mesh is up when a ping gets through
-            if lab.exec("a", ["ping", "-n", "-c1", "-W1", lab.address("b")]).returncode == 0:
-                break
-            time.sleep(0.2)
-        lab.exec("a", ["ping", "-n", "-q", "-c", "50", "-i", "0.01", lab.address("b")])  # warm up
-        environ = Path(f"/proc/{lab.pids['a']}/environ").read_bytes().split(b"\0")
-        res["daemon_pythonpath"] = next((e[11:].decode() for e in environ if e.startswith(b"PYTHONPATH=")), None)
-        for test in args.tests:
-            if test in TESTS:
-                res[test] = ping(lab, *TESTS[test])
-            elif test == "tcp":
-                res[test] = tcp(lab, args.tcp_time)
-    import batmand
-    res["batmand"] = os.path.dirname(os.path.dirname(batmand.__file__))
-    return res
-
-
-def run_child(tree: str | None, workers: int, args) -> dict:
-    env = dict(os.environ)
-    if tree is not None:
-        env["PYTHONPATH"] = tree
-    argv = [sys.executable, str(HERE), "--child", "--workers", str(workers), "--tests", ",".join(args.tests),
-            "--tcp-time", str(args.tcp_time)] + [x for kv in args.set for x in ("--set", kv)]
-    r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
-    if r.returncode != 0:
-        return {"error": r.stderr.strip()[-800:]}
-    return json.loads(r.stdout)
+    with contextlib.ExitStack() as stack:
+        labs = {}
+        for index, (name, path) in enumerate(trees):
+            lab = stack.enter_context(lab_for(path, index, workers, settings))
+            lab.start()
+            labs[name] = lab
+        pythonpath = {name: ready(lab) for name, lab in labs.items()}
+        for rep in range(args.reps):
+            k = rep % len(trees)
+            order = [name for name, _ in trees[k:] + trees[:k]]
+            for test in args.tests:
+                for name in order:
+                    if test in TESTS:
+                        result = ping(labs[name], *TESTS[test])
+                    elif test == "tcp":
+                        result = tcp(labs[name], args.tcp_time)
+                    else:
+                        raise SystemExit(f"unknown test {test}")
+                    runs.append({"rep": rep, "workers": workers, "tree": name, "test": test, **result,
+                                 "daemon_pythonpath": pythonpath[name]})
+                    print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
 
 
 def summarize(runs: list[dict]) -> dict:
-    """Median over the reps of each figure, per tree and worker count."""
-    out: dict = {}
+    """Median over the reps of each figure: workers -> tree -> test.figure."""
+    cells: dict = {}
     for run in runs:
-        cell = out.setdefault(f"w{run['workers']}", {}).setdefault(run["tree"], {})
-        for test, figures in run["result"].items():
-            if isinstance(figures, dict):
-                for key, value in figures.items():
-                    if isinstance(value, (int, float)):
-                        cell.setdefault(f"{test}.{key}", []).append(value)
-    for per_tree in out.values():
-        for cell in per_tree.values():
-            for key, values in cell.items():
-                cell[key] = {"median": round(statistics.median(values), 4), "all": values}
-    return out
+        cell = cells.setdefault(f"w{run['workers']}", {}).setdefault(run["tree"], {})
+        for key in ("p50_ms", "p99_ms", "gbps"):
+            if isinstance(run.get(key), (int, float)):
+                cell.setdefault(f"{run['test']}.{key}", []).append(run[key])
+    return {w: {tree: {key: round(statistics.median(values), 4) for key, values in cell.items()}
+                for tree, cell in per_tree.items()} for w, per_tree in cells.items()}
 
 
 def main() -> int:
@@ -122,25 +124,14 @@ def main() -> int:
     ap.add_argument("--tcp-time", type=int, default=5)
     ap.add_argument("--trees", default="", help="NAME=PATH,...: batmand trees to compare, interleaved")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a batmand setting")
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.tests = [t for t in args.tests.split(",") if t]
-    if args.child:
-        args.workers = int(args.workers)
-        print(json.dumps(child(args)))
-        return 0
     trees = [(name, str(Path(path).resolve())) for name, path in
              (t.split("=", 1) for t in args.trees.split(",") if t)] or [("this", None)]
-    runs = []
-    for rep in range(args.reps):
-        for workers in (int(w) for w in args.workers.split(",")):
-            k = rep % len(trees)
-            for name, path in trees[k:] + trees[:k]:
-                result = run_child(path, workers, args)
-                runs.append({"rep": rep, "workers": workers, "tree": name, "result": result})
-                print(f"rep {rep} w{workers} {name}: {json.dumps(result)}", file=sys.stderr, flush=True)
-    print(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "child"}, "trees": dict(trees),
-                      "summary": summarize(runs), "runs": runs}, indent=1))
+    runs: list[dict] = []
+    for workers in (int(w) for w in args.workers.split(",")):
+        measure(trees, workers, args, runs)
+    print(json.dumps({"args": vars(args), "trees": dict(trees), "summary": summarize(runs), "runs": runs}, indent=1))
     return 0
 
 

@@ -129,6 +129,7 @@ class Engine:
         self._read_view = memoryview(self._read_buf)
         self._host_cache: dict = {}  # decision.host_key of a host frame -> HostRoute
         self._host_l4 = self._mesh_l4 = False  # the keys include the IP protocol and port (slow-path rules)
+        self._tap_lone = True  # the last TAP wake-up read at most one frame
         self.counters = dict.fromkeys(
             ("tx", "tx_bytes", "rx", "rx_bytes", "forward", "forward_bytes", "slow_host", "slow_mesh",
              "tso_frames", "tso_segments", "gro_merged", "gro_written", "tap_write_dropped", "tx_ring_full",
@@ -214,11 +215,10 @@ class Engine:
         readv, bufs, cache, counters = os.readv, (buf,), self._host_cache, self.counters
         offloading, l4, header_len, short = self.csum_offload, self._host_l4, ETH_HEADER_LEN, VNET + HOST_KEY_MIN
         sent = sent_bytes = 0
+        # While frames come one per wake-up, the first leaves at once by a plain send rather
+        # than after a read that only says EAGAIN; in a stream they share one ring kick.
+        lone = self._tap_lone
         for i in range(BATCH):
-            if i == 1 and touched:
-                # the first frame leaves before we look for a second one: a lone frame
-                # waits for no read (that only says EAGAIN) and no later frame
-                self._flush(touched)
             try:
                 n = readv(fd, bufs)
             except BlockingIOError:
@@ -255,8 +255,8 @@ class Engine:
                     offload.finish_checksum(frame, csum_start, csum_offset)
                     head = route.plain_head
                 port = route.port
-                # the first frame of a wake-up leaves at once: a lone one waits for nothing
-                if (i == 0 and port.send_direct(head, frame)) or port.tx.put((head, frame), len(head) + n - VNET):
+                if (lone and i == 0 and port.send_direct(head, frame)) or port.tx.put((head, frame),
+                                                                                     len(head) + n - VNET):
                     route.hits += 1
                     touched.add(port)
                     sent += 1
@@ -265,6 +265,7 @@ class Engine:
                     counters["tx_ring_full"] += 1
                 continue
             self._to_slow_host(frame, (csum_start, csum_offset) if needs_csum else None)
+        self._tap_lone = i <= 1
         counters["tx"] += sent
         counters["tx_bytes"] += sent_bytes
 

@@ -16,6 +16,8 @@ METRICS = [
     ("udp64", "loss_pct", "UDP 64 B iperf3 loss %"),
     ("ping", "p50_ms", "ping p50 ms"),
     ("ping", "p99_ms", "ping p99 ms"),
+    ("ping1k", "p50_ms", "ping 1 ms p50 ms"),
+    ("ping1k", "p99_ms", "ping 1 ms p99 ms"),
     ("tcp1", "daemon_cpu_s_per_gb", "TCP1 daemon CPU-s/GB"),
     ("tcp8", "daemon_cpu_s_per_gb", "TCP8 daemon CPU-s/GB"),
     ("udp64", "daemon_cpu_us_per_pkt", "UDP daemon CPU-us/pkt"),
@@ -213,7 +215,8 @@ def write_markdown(path: str, doc: dict) -> None:
     L = ["# Data-plane benchmark\n"]
     L.append(f"Run {meta['started']} to {meta['finished']} ({meta['duration_s']:.0f} s), {args['reps']} rep(s) per "
              f"config, order rotated each rep; TCP tests {args['tcp_time']} s, UDP {args['udp_time']} s, ping "
-             f"{args['ping_count']} x 10 ms, {args['flows']} flows for the worker share. Host: {meta['kernel']}, "
+             f"{args['ping_count']} x 10 ms and {args.get('ping1k_count', 0)} x 1 ms, {args['flows']} flows for "
+             f"the worker share. Host: {meta['kernel']}, "
              f"{meta['cpus']} CPUs ({meta['cpu_model']}); N = {meta['workers_n']} workers; {v.get('iperf3')}, "
              f"{v.get('tincd')}, {v.get('fastd')}; Python {v.get('python')}; batmand at {v.get('batmand_commit')}"
              f"{' (with uncommitted changes under batmand/)' if v.get('batmand_tree_dirty') else ''}."
@@ -230,7 +233,8 @@ def write_markdown(path: str, doc: dict) -> None:
     _table(L, summary, configs, [("tcp1.gbps", "TCP1 Gbit/s"), ("tcp8.gbps", "TCP8 Gbit/s"),
                                  ("udp64.rx_pps", "UDP 64 B rx pkt/s"), ("udp64.tx_pps", "offered pkt/s"),
                                  ("udp64.loss_pct", "iperf3 loss %"), ("ping.p50_ms", "ping p50 ms"),
-                                 ("ping.p99_ms", "ping p99 ms")])
+                                 ("ping.p99_ms", "ping p99 ms"), ("ping1k.p50_ms", "ping 1 ms p50"),
+                                 ("ping1k.p99_ms", "ping 1 ms p99")])
     L.append("## CPU\n")
     _table(L, summary, configs, [("tcp1.daemon_cpu_s_per_gb", "TCP1 daemon CPU-s/GB"),
                                  ("tcp8.daemon_cpu_s_per_gb", "TCP8 daemon CPU-s/GB"),
@@ -329,7 +333,8 @@ def write_markdown(path: str, doc: dict) -> None:
         L.append(f"| {c} | {ci.get('about', '')} | {ci.get('underlay_mtu', '-')} | {ci.get('overlay_mtu') or '-'} | "
                  f"{offl} | {str(ci.get('verify') or '-').replace('|', '/')[:160]} |")
     L.append("")
-    L.append("Tests, from namespace A to B: `ping -n -c 100 -i 0.01 -W 1 B`, `iperf3 -c B -t T -J [-P 8 | -P 32 | "
+    L.append("Tests, from namespace A to B: `ping -n -c 100 -i 0.01 -W 1 B`, `ping -n -c 1000 -i 0.001 -W 1 B`, "
+             "`iperf3 -c B -t T -J [-P 8 | -P 32 | "
              "-u -l 64 -b 0]` against a one-off `iperf3 -s -1 -B B` in B. The set-up commands of each config "
              "(first rep) are in results.json under configs.<name>.setup_commands.\n")
     with open(path, "w") as f:

@@ -377,6 +377,9 @@ class Engine:
         decisions = port.decisions
         l4, short, ttl_off = self._mesh_l4, MESH_KEY_MIN, TTL_OFF
         batch = ring.frames(BATCH)
+        # the coalescer is empty between batches: a lone frame has nothing to merge with,
+        # and is written at once rather than parsed, copied and queued
+        coalesce = coalesce and len(batch) > 1
         counters["rx_batches"] += 1
         if ring.truncated:
             counters["truncated"] += ring.truncated
@@ -424,6 +427,8 @@ class Engine:
                     counters["tap_write_dropped"] += 1
                 except OSError as exc:  # EIO: bat0 is down
                     self._count("drop_tap_write_" + error_name(exc.errno))
+                if self.gro:
+                    counters["gro_written"] += 1  # a TAP write of the GRO stage, with nothing merged
                 continue
             if decision is SLOW:
                 if coalesce:

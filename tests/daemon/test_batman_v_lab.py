@@ -40,4 +40,6 @@ def test_diamond_follows_throughput():
         wait_for(lambda: best_routes(lab, "a").get(d) == via_b, timeout=30)
         back = time.monotonic() - t1
         print(f"BATMAN_V diamond: to the slow path after {switched:.1f} s, back after {back:.1f} s (interval 0.25 s)")
-        assert lab.exec("a", ["ping", "-c", "2", "-i", "0.2", "-W", "2", lab.address("d")]).returncode == 0
+        # traffic flows again; d's own route back may still be settling for a moment after a's
+        # switched (seen once in a full suite: both of two pings right after it were lost)
+        wait_for(lambda: lab.exec("a", ["ping", "-c", "1", "-W", "1", lab.address("d")]).returncode == 0, timeout=10)

@@ -500,7 +500,7 @@ class BatmanIV:
                     and router.addr == router_router.addr):
                 return  # avoid temporary routing loops
         if outif is None and ogm.tvlvs:  # batadv_tvlv_ogm_receive: an OGM without TVLVs runs no handler
-            mesh.ogm_tvlvs_received(now, orig_node, ogm.tvlvs)
+            mesh.ogm_tvlvs_received(now, orig_node, ogm.tvlvs, ogm.seqno)
         orig_neigh = orig_node if single_hop else mesh.originators.get_or_create(eth_src, now)
         if orig_neigh is None:
             return

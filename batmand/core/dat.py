@@ -134,7 +134,8 @@ class Dat:
         self.capable: set[Mac] = set()  # originators whose OGMs carry the DAT container (BATADV_ORIG_CAPA_HAS_DAT)
         self._seq = itertools.count()
         self._next_purge = 0.0
-        mesh.tvlv.handle_ogm(TvlvType.DAT, DatTvlv.VERSION, self._ogm_container, when_absent=True)
+        mesh.tvlv.handle_ogm(TvlvType.DAT, DatTvlv.VERSION, self._ogm_container, when_absent=True,
+                             each_copy=False)
         mesh.tvlv.contribute(self._container, reserve=4)
         mesh.hooks.on_host_tx(DAT_DHCP, self._host_tx_dhcp)
         mesh.hooks.on_host_tx(DAT, self._host_tx_arp)

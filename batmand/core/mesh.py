@@ -489,9 +489,10 @@ class Mesh:
         (TT, GW, MCAST, DAT)."""
         return self.tvlv.ogm_containers(now, OGM_TVLV_ROOM)
 
-    def ogm_tvlvs_received(self, now: float, orig_node: OrigNode, tvlvs: list) -> None:
-        """batadv_tvlv_ogm_receive: each container to the feature that handles it."""
-        self.tvlv.ogm_received(now, orig_node, tvlvs)
+    def ogm_tvlvs_received(self, now: float, orig_node: OrigNode, tvlvs, seqno: int | None = None) -> None:
+        """batadv_tvlv_ogm_receive: each container to the feature that handles it (with the
+        OGM's seqno, the further copies of one OGM only to the handlers that want each)."""
+        self.tvlv.ogm_received(now, orig_node, tvlvs, seqno)
 
     def send_unicast_tvlv(self, now: float, src: Mac, dst: Mac, tvlvs: list) -> bool:
         orig_node = self.originators.get(dst)

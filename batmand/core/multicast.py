@@ -122,7 +122,8 @@ class Multicast:
         self.forwarding = McastForwarding(mesh)
         # the originators in each "wants" list, newest first (the kernel's hlists)
         self.wants: dict[str, OrderedDict] = {k: OrderedDict() for k in ("unsnoopables", "ipv4", "ipv6", "rtr4", "rtr6")}
-        mesh.tvlv.handle_ogm(TvlvType.MCAST, McastTvlv.VERSION, self._ogm_container, when_absent=True)
+        mesh.tvlv.handle_ogm(TvlvType.MCAST, McastTvlv.VERSION, self._ogm_container, when_absent=True,
+                             each_copy=False)
         mesh.tvlv.contribute(self._container, reserve=8)
         mesh.hooks.on_host_tx(MULTICAST, self._host_tx)
         mesh.on_originator_removed(lambda orig_node: self._set_peer(orig_node.orig, None))

@@ -72,6 +72,9 @@ class OrigNode:
     bcast_bits: int = 0
     bcast_seqno_reset: float = float("-inf")
     neigh_generation: int = 0  # counts removals of neighbours (what the algorithm derived from them is stale)
+    # (seqno, containers, the handlers that want each copy): the last OGM whose containers
+    # went to the TVLV handlers (TvlvRegistry.ogm_received); None: hand over the next copy
+    tvlvs_seen: tuple | None = None
 
     def drop_neighbours(self, keys) -> None:
         for key in keys:

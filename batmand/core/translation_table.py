@@ -179,7 +179,8 @@ class OrigVlan:
 class TranslationTable:
     def __init__(self, mesh) -> None:
         self.mesh = mesh
-        mesh.tvlv.handle_ogm(TvlvType.TT, TtTvlv.VERSION, self._ogm_container)
+        # a repeated container finds its request pending or its table matching
+        mesh.tvlv.handle_ogm(TvlvType.TT, TtTvlv.VERSION, self._ogm_container, each_copy=False)
         mesh.tvlv.handle_unicast(TvlvType.TT, TtTvlv.VERSION, self.unicast_tvlv_received)
         mesh.tvlv.handle_unicast(TvlvType.ROAM, RoamTvlv.VERSION, self.roam_received)
         mesh.tvlv.contribute(self.commit, flexible=True)  # it can leave its diff out
@@ -561,6 +562,7 @@ class TranslationTable:
             if not self.global_[key].origs:
                 self._global_free(self.global_[key])
         orig_node.has_tt = False
+        orig_node.tvlvs_seen = None  # the next copy of its OGM asks, not only its next OGM
 
     def global_add(self, now: float, orig: Mac, addr: Mac, vid: int, flags: int, ttvn: int) -> bool:
         """batadv_tt_global_add; False when the table limits refuse it."""
@@ -644,6 +646,7 @@ class TranslationTable:
         self.announcers.discard(orig_node.orig)
         orig_node.has_tt = False
         orig_node.tt_crcs = {}
+        orig_node.tvlvs_seen = None  # the next copy of its OGM asks, not only its next OGM
 
     def _orig_entries(self, orig: Mac):
         for key in self.by_orig.get(orig, ()):

@@ -22,6 +22,7 @@ Builder = Callable[[float, int], object]  # (now, bytes of room left) -> the con
 class _OgmHandler:
     handle: OgmHandler
     when_absent: bool
+    each_copy: bool
 
 
 class TvlvRegistry:
@@ -31,8 +32,12 @@ class TvlvRegistry:
         self._containers: list[tuple[Builder, bool, int | None]] = []
         self._measured: dict[int, int] = {}  # what each fixed container took in our last OGM
 
-    def handle_ogm(self, ttype: int, version: int, handler: OgmHandler, *, when_absent: bool = False) -> None:
-        self._ogm[(ttype, version)] = _OgmHandler(handler, when_absent)
+    def handle_ogm(self, ttype: int, version: int, handler: OgmHandler, *, when_absent: bool = False,
+                   each_copy: bool = True) -> None:
+        """`each_copy=False`: the handler keeps nothing new when it is handed the same
+        containers again for the same OGM, so the further copies of that OGM (one through
+        each neighbour) need not be handed to it."""
+        self._ogm[(ttype, version)] = _OgmHandler(handler, when_absent, each_copy)
 
     def handle_unicast(self, ttype: int, version: int, handler: UnicastHandler) -> None:
         self._unicast[(ttype, version)] = handler
@@ -53,21 +58,40 @@ class TvlvRegistry:
 
     # --- used by the core --------------------------------------------------------------------
 
-    def ogm_received(self, now: float, orig_node, tvlvs: list) -> None:
+    def ogm_received(self, now: float, orig_node, tvlvs, seqno: int | None = None) -> None:
         """batadv_tvlv_ogm_receive: each container to its handler, then the handlers that
-        want to hear of a container the OGM did not carry."""
-        called = []
+        want to hear of a container the OGM did not carry. With `seqno`, a further copy of
+        the originator's last OGM with the very same containers (`tvlvs` is the same
+        object: the OGM parser interns them) goes only to the handlers that want each copy."""
+        if seqno is not None:
+            seen = orig_node.tvlvs_seen
+            if seen is not None and seen[0] == seqno and seen[1] is tvlvs:
+                for handle, tvlv in seen[2]:
+                    handle(now, orig_node, tvlv)
+                return
+        calls = self._ogm_calls(tvlvs)
+        if seqno is not None:
+            orig_node.tvlvs_seen = (seqno, tvlvs, [(h, t) for h, t, each_copy in calls if each_copy])
+        for handle, tvlv, _ in calls:
+            handle(now, orig_node, tvlv)
+
+    def _ogm_calls(self, tvlvs) -> list:
+        """(handler, container or None, each_copy) for an OGM's containers, in the kernel's
+        order: the containers', then the absent ones'."""
+        calls = []
+        called = set()
         for tvlv in tvlvs:
             if malformed(tvlv):
                 continue  # ignored, as the kernel's handlers ignore a value of the wrong size
             key = (tvlv_type(tvlv), tvlv_version(tvlv))
             handler = self._ogm.get(key)
             if handler is not None:
-                called.append(key)
-                handler.handle(now, orig_node, tvlv)
+                called.add(key)
+                calls.append((handler.handle, tvlv, handler.each_copy))
         for key, handler in self._ogm.items():
             if handler.when_absent and key not in called:
-                handler.handle(now, orig_node, None)
+                calls.append((handler.handle, None, handler.each_copy))
+        return calls
 
     def unicast_received(self, now: float, src, dst, tvlvs: list) -> bool:
         """batadv_tvlv_containers_process for a UNICAST_TVLV: False when some handler says

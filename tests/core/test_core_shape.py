@@ -51,6 +51,30 @@ def test_a_feature_adds_a_container_to_our_ogms_and_handles_it_in_theirs():
     assert a.mesh.tvlv.fixed_bytes == reserved + 6
 
 
+def test_further_copies_of_an_ogm_reach_only_the_handlers_that_want_each():
+    """B hears each of A's OGMs twice, from A and forwarded by C, with the same containers.
+    A handler registered with each_copy=False hears each OGM once (a repeat would change
+    nothing it keeps: TT, DAT, MCAST); one with the default hears every copy, as the
+    kernel's handlers do (the gateway's election check)."""
+    net = Network(seed=5, config=MeshConfig(orig_interval_ms=200))
+    for name in "ABC":
+        net.add_node(name)
+    for x, y in ("AB", "AC", "BC"):
+        net.link(x, y)
+    a, b = net.nodes["A"], net.nodes["B"]
+    a.mesh.tvlv.contribute(lambda now, room: UnknownTvlv(0x30, 1, b"\x01\x02"))
+    every, once = [], []
+    b.mesh.tvlv.handle_ogm(0x30, 1, lambda now, orig, tvlv: every.append((orig.orig, orig.tvlvs_seen[0])))
+    b.mesh.tvlv.handle_ogm(0x31, 1, lambda now, orig, tvlv: once.append((orig.orig, orig.tvlvs_seen[0])),
+                           when_absent=True, each_copy=False)
+    net.run_for(5)
+    every_a = [seqno for orig, seqno in every if orig == a.orig]
+    once_a = [seqno for orig, seqno in once if orig == a.orig]
+    assert len(once_a) == len(set(once_a)) > 10  # one call per OGM
+    assert len(set(every_a)) > 10 and set(every_a) <= set(once_a)  # (A's first OGM was built before 0x30)
+    assert len(every_a) > len(once_a) + 10  # and the copies through C
+
+
 def test_a_packet_type_handler_registered_by_a_feature():
     mesh = Mesh(MeshConfig(), soft_mac=Mac("02:00:00:00:00:aa"))
     mesh.add_interface(0.0, "e0", Mac("02:00:00:00:00:01"))

@@ -2,12 +2,16 @@
 the algorithms add themselves to (batadv_algo_register). Nothing outside an algorithm's
 own module asks which one runs: the mesh, the listings and the daemon go through this.
 
-Algorithm-specific state lives in the algorithm's own objects, keyed by the shared ones
-(hard interfaces, originators, neighbours), as the kernel's bat_iv/bat_v sub-structs."""
+Algorithm-specific state lives in the algorithm's own objects, as the kernel's bat_iv/bat_v
+sub-structs: on hard interfaces and their neighbours in an `algo` slot; per (originator or
+neighbour, outgoing interface) in the records themselves, which the algorithm extends by
+subclassing (there are many of those: no second object, no indirection)."""
 
 from __future__ import annotations
 
 from typing import Callable, Protocol
+
+from .originator import NeighIfInfo, OrigIfInfo
 
 Receiver = Callable[[float, object, object, bytes], None]  # (now, hard interface, decoded frame, raw)
 Parser = Callable[[bytes], list]  # raw frame -> its packets as the receiver reads them (WireError: malformed)
@@ -18,6 +22,10 @@ class RoutingAlgorithm(Protocol):
     receives: tuple[int, ...]  # packet types of its announcements
     metric_key: str  # the listings' metric column, as batctl's JSON calls it ("tq", "throughput")
     estimates_links: bool  # its metric needs link speeds and Wi-Fi station data from the daemon
+    # its per-outgoing-interface records: slotted subclasses of originator.NeighIfInfo and
+    # OrigIfInfo with its own fields (register() puts the base classes if it has none)
+    neigh_ifinfo: type
+    orig_ifinfo: type
 
     def __init__(self, mesh) -> None: ...
 
@@ -60,7 +68,8 @@ def jittered(mesh, now: float, interval_ms: int) -> float:
 
 
 def algo_state(record, make):
-    """An algorithm's own state in a shared record's `algo` slot, made on first use."""
+    """An algorithm's own state in a shared record's `algo` slot (hard interfaces and their
+    neighbours), made on first use."""
     if record.algo is None:
         record.algo = make()
     return record.algo
@@ -79,6 +88,12 @@ ALGORITHMS: dict[str, type] = {}
 
 
 def register(cls: type) -> type:
-    """Class decorator: the algorithm is available by its name (batadv_algo_register)."""
+    """Class decorator: the algorithm is available by its name (batadv_algo_register). Its
+    records must extend the core's ones, as the core reads and makes them too."""
+    for attr, base in (("neigh_ifinfo", NeighIfInfo), ("orig_ifinfo", OrigIfInfo)):
+        record = getattr(cls, attr, None) or base
+        if not (isinstance(record, type) and issubclass(record, base)):
+            raise TypeError(f"{cls.__name__}.{attr} must be a subclass of {base.__name__}")
+        setattr(cls, attr, record)
     ALGORITHMS[cls.name] = cls
     return cls

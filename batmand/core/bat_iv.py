@@ -12,8 +12,8 @@ from batmand.wire import BROADCAST, ETH_P_BATMAN, Ethernet, IvOgm, OgmFlags
 from batmand.wire.constants import TTL, PacketType
 from batmand.wire.ogm_walk import FLAGS_OFFSET, TTL_OFFSET, IvOgmFields, TvlvCache, patched, walk_iv_ogms, with_flags
 
-from .algorithm import algo_state, jittered, register, routed_metric
-from .bitarray import EXPECTED_SEQNO_RANGE, WINDOW_SIZE, bit_get_packet, popcount, seq_diff32, window_protected
+from .algorithm import jittered, register, routed_metric
+from .bitarray import EXPECTED_SEQNO_RANGE, WINDOW_SIZE, bit_get_packet, seq_diff32, window_protected
 from .hardif import HardInterface
 from .originator import NeighIfInfo, NeighNode, OrigIfInfo, OrigNode
 
@@ -43,19 +43,26 @@ class IvIface:
     ogm_seqno: int
 
 
+# the TQ ring's int: TQ i in bits 8i..8i+7, above them the count of its non-zero TQs and
+# their sum (one int object per record, not three)
+_TQ_COUNT_SHIFT = 8 * TQ_GLOBAL_WINDOW_SIZE
+_TQ_SUM_SHIFT = _TQ_COUNT_SHIFT + 3
+
+
 @dataclass(eq=False, slots=True)
-class IvNeighIfInfo:
-    """neigh_ifinfo->bat_iv: the window of the neighbour's OGMs received, and its TQ ring
-    (a byte per TQ in one int, with the sum and count of its non-zero values, kept as it
-    turns: there is one of these per neighbour, originator and outgoing interface)."""
+class IvNeighIfInfo(NeighIfInfo):
+    """neigh_ifinfo with bat_iv's fields: the window of the neighbour's OGMs received, and its
+    TQ ring with the sum and count of its non-zero values, kept as it turns. There is one
+    per neighbour, originator and outgoing interface: few slots, few int objects."""
 
     real_bits: int = 0
-    real_packet_count: int = 0
-    tq_ring: int = 0  # TQ i in bits 8i..8i+7
+    tq_ring: int = 0  # the ring, its count and sum (_TQ_*_SHIFT)
     tq_index: int = 0
     tq_avg: int = 0
-    tq_sum: int = 0
-    tq_nonzero: int = 0
+
+    @property
+    def real_packet_count(self) -> int:
+        return self.real_bits.bit_count()
 
     @property
     def tq_recv(self) -> list[int]:
@@ -65,51 +72,44 @@ class IvNeighIfInfo:
         """batadv_ring_buffer_set + batadv_ring_buffer_avg (zeros are not averaged)."""
         index = self.tq_index
         shift = 8 * index
-        old = self.tq_ring >> shift & 0xFF
-        if old:
-            self.tq_sum -= old
-            self.tq_nonzero -= 1
-        if value:
-            self.tq_sum += value
-            self.tq_nonzero += 1
-        self.tq_ring = self.tq_ring & ~(0xFF << shift) | value << shift
-        self.tq_index = (index + 1) % TQ_GLOBAL_WINDOW_SIZE
-        self.tq_avg = self.tq_sum // self.tq_nonzero if self.tq_nonzero else 0
+        ring = self.tq_ring
+        old = ring >> shift & 0xFF
+        delta = value - old
+        ring += (delta << shift) + (delta << _TQ_SUM_SHIFT) + (((value > 0) - (old > 0)) << _TQ_COUNT_SHIFT)
+        self.tq_ring = ring
+        self.tq_index = index + 1 if index < TQ_GLOBAL_WINDOW_SIZE - 1 else 0
+        count = ring >> _TQ_COUNT_SHIFT & 7
+        self.tq_avg = (ring >> _TQ_SUM_SHIFT) // count if count else 0
 
 
 @dataclass(eq=False, slots=True)
-class IvOrigIfInfo:
-    """orig_ifinfo->bat_iv: which of our last 64 OGMs on this interface the originator
-    echoed back; and for this outgoing table, the union of its neighbours' receive windows
-    (what any of them sent), valid for the neighbour set it was made from."""
+class IvOrigIfInfo(OrigIfInfo):
+    """orig_ifinfo with bat_iv's fields: which of our last 64 OGMs on this interface the
+    originator echoed back; and for this outgoing table, the union of its neighbours'
+    receive windows (what any of them sent), valid for the neighbour set it was made from."""
 
     bcast_own: int = 0
-    bcast_own_sum: int = 0
     union: int = 0
     union_generation: int = -1  # the originator's neighbour generation and count it is of
     union_count: int = 0
 
-
-def neigh_iv(info: NeighIfInfo) -> IvNeighIfInfo:
-    return algo_state(info, IvNeighIfInfo)
-
-
-def orig_iv(info: OrigIfInfo) -> IvOrigIfInfo:
-    return algo_state(info, IvOrigIfInfo)
+    @property
+    def bcast_own_sum(self) -> int:
+        return self.bcast_own.bit_count()
 
 
-def _tq(info: NeighIfInfo | None) -> int:
-    return info.algo.tq_avg if info is not None and info.algo is not None else 0
+def _tq(info: IvNeighIfInfo | None) -> int:
+    return info.tq_avg if info is not None else 0
 
 
-def _echoes(info: OrigIfInfo | None) -> int:
+def _echoes(info: IvOrigIfInfo | None) -> int:
     """The echo bits of our OGMs (0: none, or nothing known)."""
-    return info.algo.bcast_own if info is not None and info.algo is not None else 0
+    return info.bcast_own if info is not None else 0
 
 
-def _echo_count(info: OrigIfInfo | None) -> int:
+def _echo_count(info: IvOrigIfInfo | None) -> int:
     """How many of our last 64 OGMs were echoed."""
-    return info.algo.bcast_own_sum if info is not None and info.algo is not None else 0
+    return info.bcast_own.bit_count() if info is not None else 0
 
 
 @dataclass(eq=False)
@@ -136,6 +136,8 @@ class BatmanIV:
     receives = (PacketType.IV_OGM,)
     metric_key = "tq"
     estimates_links = False
+    neigh_ifinfo = IvNeighIfInfo
+    orig_ifinfo = IvOrigIfInfo
 
     def __init__(self, mesh) -> None:
         self.mesh = mesh
@@ -217,12 +219,12 @@ class BatmanIV:
     def orig_has_evidence(orig_node: OrigNode) -> bool:
         """It echoes our OGMs (a bidirectional link) or we have a route to it; a spoofed
         originator that never echoes has neither."""
-        return any(_echoes(info) or info.router is not None for info in orig_node.ifinfo.values())
+        return any(info.bcast_own or info.router is not None for info in orig_node.ifinfo_values())
 
     def neigh_has_evidence(self, iface: HardInterface, neigh) -> bool:
         """The neighbour echoes our OGMs on this interface."""
         orig_neigh = self.mesh.originators.get(neigh.addr)
-        return bool(orig_neigh is not None and _echoes(orig_neigh.ifinfo.get(iface)))
+        return bool(orig_neigh is not None and _echoes(orig_neigh.ifinfo_get(iface)))
 
     # --- sequence numbers across restarts ---------------------------------------------------
 
@@ -285,10 +287,8 @@ class BatmanIV:
     def _slide_own_window(self, iface: HardInterface) -> None:
         for orig_node in self.mesh.originators.nodes.values():
             info = orig_node.ifinfo_get(iface)
-            if info is not None and info.algo is not None:
-                iv = info.algo
-                iv.bcast_own, _ = bit_get_packet(iv.bcast_own, 1, False)
-                iv.bcast_own_sum = popcount(iv.bcast_own)
+            if info is not None and info.bcast_own:
+                info.bcast_own, _ = bit_get_packet(info.bcast_own, 1, False)
 
     # --- aggregation queue ------------------------------------------------------------------
 
@@ -414,14 +414,12 @@ class BatmanIV:
             return
         bit = seq_diff32((if_incoming.algo.ogm_seqno - 2) & 0xFFFFFFFF, ogm.seqno)
         if 0 <= bit < WINDOW_SIZE:
-            iv = orig_iv(info)
-            iv.bcast_own |= 1 << bit
-            iv.bcast_own_sum = popcount(iv.bcast_own)
+            info.bcast_own |= 1 << bit
 
     def _update_seqnos(self, now: float, if_incoming: HardInterface, eth_src: bytes, ogm: IvOgmFields,
                        orig_node: OrigNode, outif) -> int:
         """batadv_iv_ogm_update_seqnos: duplicate status and the receive windows."""
-        info = orig_node.ifinfo.get(outif) or orig_node.ifinfo_new(outif)
+        info = orig_node.ifinfo_get(outif) or orig_node.ifinfo_new(outif, IvOrigIfInfo)
         diff = seq_diff32(ogm.seqno, info.last_real_seqno)
         if orig_node.neighbours and not -WINDOW_SIZE < diff < EXPECTED_SEQNO_RANGE:  # a jump: a restart?
             drop, info.seqno_reset, _ = window_protected(diff, now, info.seqno_reset,
@@ -431,7 +429,7 @@ class BatmanIV:
         age = -diff  # how far behind the window's end this seqno is (bit index if >= 0)
         in_window = 0 <= age < WINDOW_SIZE
         neighbours = orig_node.neighbours
-        iv_info = info.algo or orig_iv(info)
+        iv_info = info
         if (in_window and iv_info.union_generation == orig_node.neigh_generation
                 and iv_info.union_count == len(neighbours)):
             # a copy of a seqno the window holds: only the sender's window changes, and the
@@ -440,12 +438,10 @@ class BatmanIV:
             sender = neighbours.get((eth_src, if_incoming))
             if sender is None:
                 return ORIG_DUP if iv_info.union & bit else NO_DUP
-            ninfo = sender.ifinfo.get(outif) or sender.ifinfo_new(outif)
-            ninfo = ninfo.algo or neigh_iv(ninfo)
+            ninfo = sender.ifinfo_get(outif) or sender.ifinfo_new(outif, IvNeighIfInfo)
             if ninfo.real_bits & bit:
                 return NEIGH_DUP
             ninfo.real_bits |= bit
-            ninfo.real_packet_count = ninfo.real_bits.bit_count()
             status = ORIG_DUP if iv_info.union & bit else NO_DUP
             iv_info.union |= bit
             return status
@@ -453,8 +449,7 @@ class BatmanIV:
         moved = False
         union = 0
         for neigh in neighbours.values():
-            ninfo = neigh.ifinfo.get(outif) or neigh.ifinfo_new(outif)
-            ninfo = ninfo.algo or neigh_iv(ninfo)
+            ninfo = neigh.ifinfo_get(outif) or neigh.ifinfo_new(outif, IvNeighIfInfo)
             is_dup = in_window and bool(ninfo.real_bits >> age & 1)
             if neigh.addr == eth_src and neigh.if_incoming is if_incoming:
                 mark = True
@@ -466,7 +461,6 @@ class BatmanIV:
                     status = ORIG_DUP
             ninfo.real_bits, window_moved = bit_get_packet(ninfo.real_bits, diff, mark)
             moved |= window_moved
-            ninfo.real_packet_count = ninfo.real_bits.bit_count()
             union |= ninfo.real_bits
         iv_info.union, iv_info.union_generation, iv_info.union_count = union, orig_node.neigh_generation, len(neighbours)
         if moved:
@@ -489,11 +483,11 @@ class BatmanIV:
             neigh = if_incoming.neighbours.get(eth_src)
             if neigh is not None:
                 neigh.last_seen = now
-        info = orig_node.ifinfo[outif]  # _update_seqnos made it
+        info = orig_node.ifinfo_get(outif)  # _update_seqnos made it
         router = info.router
         from_best = False
         if router is not None:
-            rinfo = router.ifinfo.get(outif)
+            rinfo = router.ifinfo_get(outif)
             from_best = rinfo is not None and _tq(rinfo) != 0 and router.addr == eth_src
             router_router = router.orig_node.router(outif)
             if (router_router is not None and router.addr == ogm.prev_sender and ogm.orig != ogm.prev_sender
@@ -537,9 +531,9 @@ class BatmanIV:
         if orig_node is orig_neigh:
             neigh.last_seen = now
         orig_node.last_seen = now
-        echo_count = _echo_count(orig_neigh.ifinfo.get(if_incoming))
-        ninfo = neigh.ifinfo.get(outif) or neigh.ifinfo_new(outif)
-        rq_count = (ninfo.algo or neigh_iv(ninfo)).real_packet_count
+        echo_count = _echo_count(orig_neigh.ifinfo_get(if_incoming))
+        ninfo = neigh.ifinfo_get(outif) or neigh.ifinfo_new(outif, IvNeighIfInfo)
+        rq_count = ninfo.real_bits.bit_count()
         total = min(echo_count, rq_count)
         if total < BIDIRECT_SEND_MINIMUM or rq_count < BIDIRECT_RECV_MINIMUM:
             tq_own = 0
@@ -560,9 +554,9 @@ class BatmanIV:
         if dup == NO_DUP:  # a new seqno: the neighbours that did not send it score a zero
             for candidate in orig_node.neighbours.values():
                 if candidate is not neigh:
-                    cinfo = candidate.ifinfo.get(outif)
+                    cinfo = candidate.ifinfo_get(outif)
                     if cinfo is not None:
-                        neigh_iv(cinfo).push_tq(0)
+                        cinfo.push_tq(0)
         if neigh is None:
             orig_tmp = mesh.originators.get_or_create(eth_src, now)
             if orig_tmp is None:
@@ -570,9 +564,9 @@ class BatmanIV:
             neigh = mesh.originators.neigh_get_or_create(orig_node, if_incoming, eth_src, orig_tmp, now)
             if neigh is None:
                 return
-        ninfo = neigh.ifinfo.get(outif) or neigh.ifinfo_new(outif)
+        ninfo = neigh.ifinfo_get(outif) or neigh.ifinfo_new(outif, IvNeighIfInfo)
         neigh.last_seen = now
-        (ninfo.algo or neigh_iv(ninfo)).push_tq(tq)
+        ninfo.push_tq(tq)
         if dup == NO_DUP:
             info.last_ttl = ogm.ttl
             ninfo.last_ttl = ogm.ttl

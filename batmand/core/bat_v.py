@@ -18,7 +18,7 @@ from batmand.wire.constants import TTL, PacketType
 from .algorithm import algo_state, jittered, register, routed_metric
 from .bitarray import seq_diff32, window_protected
 from .hardif import HardInterface, HardifNeigh
-from .originator import NeighIfInfo, NeighNode, OrigNode
+from .originator import NeighIfInfo, NeighNode, OrigIfInfo, OrigNode
 
 THROUGHPUT_DEFAULT = 10  # 1 Mbit/s, when nothing better is known
 THROUGHPUT_MAX = 0xFFFFFFFF
@@ -74,25 +74,28 @@ class VHardifNeigh:
         return self.throughput_internal >> 10
 
 
-@dataclass(eq=False)
-class VNeighIfInfo:
-    """neigh_ifinfo->bat_v: the path throughput through this neighbour (100 kbit/s) and the
-    seqno of its last OGMv2."""
+@dataclass(eq=False, slots=True)
+class VNeighIfInfo(NeighIfInfo):
+    """neigh_ifinfo with bat_v's fields: the path throughput through this neighbour
+    (100 kbit/s) and the seqno of its last OGMv2."""
 
     throughput: int = 0
     last_seqno: int = 0
+
+
+@dataclass(eq=False, slots=True)
+class VOrigIfInfo(OrigIfInfo):
+    """orig_ifinfo with bat_v's field: the last seqno forwarded on this interface."""
+
+    last_seqno_forwarded: int | None = None
 
 
 def hardif_neigh_v(neigh: HardifNeigh) -> VHardifNeigh:
     return algo_state(neigh, VHardifNeigh)
 
 
-def neigh_v(info: NeighIfInfo) -> VNeighIfInfo:
-    return algo_state(info, VNeighIfInfo)
-
-
-def _throughput(info: NeighIfInfo | None) -> int:
-    return info.algo.throughput if info is not None and info.algo is not None else 0
+def _throughput(info: VNeighIfInfo | None) -> int:
+    return info.throughput if info is not None else 0
 
 
 def estimate_throughput(iface: HardInterface, neigh_addr: Mac, log=None) -> int:
@@ -140,6 +143,8 @@ class BatmanV:
     receives = (PacketType.ELP, PacketType.OGM2)
     metric_key = "throughput"
     estimates_links = True
+    neigh_ifinfo = VNeighIfInfo
+    orig_ifinfo = VOrigIfInfo
 
     def __init__(self, mesh) -> None:
         self.mesh = mesh
@@ -223,7 +228,7 @@ class BatmanV:
         """We have a route to it. V has no echo: an ELP proves nothing about the way back
         and our throughput estimate exists for any MAC that sent one, so an ELP flood from
         spoofed MACs stays evictable; an OGMv2 only counts once it has made a route."""
-        return any(info.router is not None for info in orig_node.ifinfo.values())
+        return any(info.router is not None for info in orig_node.ifinfo_values())
 
     def neigh_has_evidence(self, iface: HardInterface, neigh: HardifNeigh) -> bool:
         """A route to the originator it announced goes through it on this interface (an ELP
@@ -232,7 +237,7 @@ class BatmanV:
         if orig_node is None:
             return False
         return any(info.router is not None and info.router.addr == neigh.addr and info.router.if_incoming is iface
-                   for info in orig_node.ifinfo.values())
+                   for info in orig_node.ifinfo_values())
 
     # --- interfaces -----------------------------------------------------------------------------
 
@@ -420,7 +425,7 @@ class BatmanV:
     def _metric_update(self, now: float, ogm: Ogm2, path: int, orig_node: OrigNode, neigh: NeighNode,
                        if_incoming: HardInterface, outif) -> int:
         """batadv_v_ogm_metric_update: 1 new seqno, 0 same, -1 old (dropped)."""
-        info = orig_node.ifinfo_new(outif)
+        info = orig_node.ifinfo_new(outif, VOrigIfInfo)
         diff = seq_diff32(ogm.seqno, info.last_real_seqno)
         started = False
         if orig_node.neighbours:
@@ -435,10 +440,9 @@ class BatmanV:
         orig_node.last_seen = now
         info.last_real_seqno = ogm.seqno
         info.last_ttl = ogm.ttl
-        ninfo = neigh.ifinfo_new(outif)
-        v = neigh_v(ninfo)
-        v.throughput = forward_penalty(path, if_incoming, outif, self.mesh.config.hop_penalty)
-        v.last_seqno = ogm.seqno
+        ninfo = neigh.ifinfo_new(outif, VNeighIfInfo)
+        ninfo.throughput = forward_penalty(path, if_incoming, outif, self.mesh.config.hop_penalty)
+        ninfo.last_seqno = ogm.seqno
         ninfo.last_ttl = ogm.ttl
         return 1 if diff > 0 or started else 0
 
@@ -456,10 +460,10 @@ class BatmanV:
             return True
         if router is not None:
             rinfo, ninfo = router.ifinfo_get(outif), neigh.ifinfo_get(outif)
-            if rinfo is None or ninfo is None or rinfo.algo is None or ninfo.algo is None:
+            if rinfo is None or ninfo is None:
                 return True
-            if seq_diff32(ninfo.algo.last_seqno, rinfo.algo.last_seqno) < OGM_MAX_ORIGDIFF and \
-                    rinfo.algo.throughput >= ninfo.algo.throughput:
+            if seq_diff32(ninfo.last_seqno, rinfo.last_seqno) < OGM_MAX_ORIGDIFF and \
+                    rinfo.throughput >= ninfo.throughput:
                 return True
         mesh.update_route(orig_node, outif, neigh, now)
         return True
@@ -468,14 +472,14 @@ class BatmanV:
         """batadv_v_ogm_forward: only from the best next hop, once per seqno and interface."""
         if outif is None:
             return
-        info = orig_node.ifinfo_new(outif)
+        info = orig_node.ifinfo_new(outif, VOrigIfInfo)
         if orig_node.router(outif) is not neigh or info.last_seqno_forwarded == ogm.seqno:
             return
         info.last_seqno_forwarded = ogm.seqno
         if ogm.ttl <= 1:
             return
         ninfo = neigh.ifinfo_get(outif)
-        if ninfo is None or ninfo.algo is None:
+        if ninfo is None:
             return
-        forwarded = dataclasses.replace(ogm, ttl=ogm.ttl - 1, throughput=ninfo.algo.throughput)
+        forwarded = dataclasses.replace(ogm, ttl=ogm.ttl - 1, throughput=ninfo.throughput)
         self._queue(now, outif, forwarded.encode())

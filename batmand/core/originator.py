@@ -1,6 +1,8 @@
-"""Originators and their neighbours (the kernel's originator.c / types.h), algorithm-neutral:
-each record has an `algo` slot for the routing algorithm's own state (the kernel's bat_iv /
-bat_v sub-structs), which only the algorithm reads.
+"""Originators and their neighbours (the kernel's originator.c / types.h), algorithm-neutral.
+The per-outgoing-interface records (NeighIfInfo, OrigIfInfo) are the base classes a routing
+algorithm extends with its own fields (the kernel embeds its bat_iv / bat_v sub-structs in
+them): the algorithm names its subclasses as its `neigh_ifinfo` / `orig_ifinfo` records
+(algorithm.py) and creates them; the core creates `mesh.algo.orig_ifinfo` records.
 
 Per-outgoing-interface tables: key None is the default table (locally generated traffic);
 a HardInterface key holds the routers for traffic that arrived on that interface."""
@@ -15,32 +17,12 @@ from batmand.wire import Mac
 from .eviction import EvictionOrder
 from .hardif import HardifNeigh, HardInterface
 
+
 @dataclass(eq=False, slots=True)
 class NeighIfInfo:
     """Per (neighbour, outgoing interface) (batadv_neigh_ifinfo)."""
 
     last_ttl: int = 0
-    algo: object = None  # the routing algorithm's own (IV: receive window and TQ ring; V: throughput)
-
-
-@dataclass(eq=False, slots=True)
-class NeighNode:
-    """A next hop toward an originator: neighbour MAC on one incoming hard interface."""
-
-    addr: Mac
-    if_incoming: HardInterface
-    orig_node: "OrigNode"  # the neighbour's own originator entry
-    last_seen: float
-    ifinfo: dict = field(default_factory=dict)  # outif -> NeighIfInfo
-
-    def ifinfo_get(self, outif) -> NeighIfInfo | None:
-        return self.ifinfo.get(outif)
-
-    def ifinfo_new(self, outif) -> NeighIfInfo:
-        info = self.ifinfo.get(outif)
-        if info is None:
-            info = self.ifinfo[outif] = NeighIfInfo()
-        return info
 
 
 @dataclass(eq=False, slots=True)
@@ -52,16 +34,97 @@ class OrigIfInfo:
     last_real_seqno: int = 0
     last_ttl: int = 0
     seqno_reset: float = float("-inf")
-    last_seqno_forwarded: int | None = None
-    algo: object = None  # the routing algorithm's own (IV: which of our OGMs it echoed)
+
+
+class PerOutif:
+    """The records of an originator or neighbour per outgoing interface (the kernel's ifinfo
+    lists), without a dict for the usual one hard interface (a dict is ~220 bytes, and there
+    is one per neighbour of every originator): the default table's record (outif None) in
+    `if_default`, the first interface's in `if_first` under `if_first_key`, any further ones
+    in `if_more`, a dict made for the third table."""
+
+    __slots__ = ()
+
+    def ifinfo_get(self, outif):
+        if outif is None:
+            return self.if_default
+        if outif is self.if_first_key:
+            return self.if_first
+        more = self.if_more
+        return more.get(outif) if more is not None else None
+
+    def ifinfo_new(self, outif, make: Callable):
+        """The record for `outif`, made by `make` (the algorithm's record class) if none."""
+        info = self.ifinfo_get(outif)
+        if info is None:
+            info = make()
+            if outif is None:
+                self.if_default = info
+            elif self.if_first_key is None:
+                self.if_first_key, self.if_first = outif, info
+            else:
+                if self.if_more is None:
+                    self.if_more = {}
+                self.if_more[outif] = info
+        return info
+
+    def ifinfo_pop(self, outif):
+        """Drop the record for `outif` (None if there was none)."""
+        if outif is None:
+            info, self.if_default = self.if_default, None
+            return info
+        more = self.if_more
+        if outif is self.if_first_key:
+            info = self.if_first
+            if more:  # one of the others takes the first place, which is looked at first
+                self.if_first_key = next(iter(more))
+                self.if_first = more.pop(self.if_first_key)
+            else:
+                self.if_first_key = self.if_first = None
+        else:
+            info = more.pop(outif, None) if more else None
+        if more is not None and not more:
+            self.if_more = None
+        return info
+
+    def ifinfo_items(self) -> list:
+        """(outif, record) for each table that has one."""
+        items = [] if self.if_default is None else [(None, self.if_default)]
+        if self.if_first_key is not None:
+            items.append((self.if_first_key, self.if_first))
+        if self.if_more:
+            items.extend(self.if_more.items())
+        return items
+
+    def ifinfo_values(self) -> list:
+        return [info for _, info in self.ifinfo_items()]
 
 
 @dataclass(eq=False, slots=True)
-class OrigNode:
+class NeighNode(PerOutif):
+    """A next hop toward an originator: neighbour MAC on one incoming hard interface."""
+
+    addr: Mac
+    if_incoming: HardInterface
+    orig_node: "OrigNode"  # the neighbour's own originator entry
+    last_seen: float
+    # its NeighIfInfo records (PerOutif)
+    if_default: NeighIfInfo | None = None
+    if_first_key: HardInterface | None = None
+    if_first: NeighIfInfo | None = None
+    if_more: dict | None = None
+
+
+@dataclass(eq=False, slots=True)
+class OrigNode(PerOutif):
     orig: Mac
     last_seen: float
     neighbours: dict = field(default_factory=dict)  # (addr, HardInterface) -> NeighNode
-    ifinfo: dict = field(default_factory=dict)  # outif -> OrigIfInfo
+    # its OrigIfInfo records (PerOutif)
+    if_default: OrigIfInfo | None = None
+    if_first_key: HardInterface | None = None
+    if_first: OrigIfInfo | None = None
+    if_more: dict | None = None
     # translation table state of this originator
     last_ttvn: int = 0
     has_tt: bool = False  # BATADV_ORIG_CAPA_HAS_TT initialised
@@ -82,17 +145,8 @@ class OrigNode:
         if keys:
             self.neigh_generation += 1
 
-    def ifinfo_get(self, outif) -> OrigIfInfo | None:
-        return self.ifinfo.get(outif)
-
-    def ifinfo_new(self, outif) -> OrigIfInfo:
-        info = self.ifinfo.get(outif)
-        if info is None:
-            info = self.ifinfo[outif] = OrigIfInfo()
-        return info
-
     def router(self, outif=None) -> NeighNode | None:
-        info = self.ifinfo.get(outif)
+        info = self.if_default if outif is None else self.ifinfo_get(outif)
         return info.router if info else None
 
 

@@ -16,7 +16,7 @@ class Routes:
         """batadv_update_route: a route lost makes us forget what the originator announced;
         a new one lets a TT request that had no route go out."""
         mesh = self.mesh
-        info = orig_node.ifinfo_new(outif)
+        info = orig_node.ifinfo_new(outif, mesh.algo.orig_ifinfo)
         old = info.router
         info.router = neigh
         if old is not None and neigh is None:
@@ -42,9 +42,9 @@ class Routes:
         traffic that came in on it."""
         for orig_node in list(self.mesh.originators.nodes.values()):
             orig_node.drop_neighbours([k for k in orig_node.neighbours if k[1] is iface])
-            orig_node.ifinfo.pop(iface, None)
+            orig_node.ifinfo_pop(iface)
             for neigh in orig_node.neighbours.values():
-                neigh.ifinfo.pop(iface, None)
+                neigh.ifinfo_pop(iface)
             self.reselect(orig_node)
 
     def forget_originator(self, orig_node: OrigNode) -> None:

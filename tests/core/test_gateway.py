@@ -20,7 +20,7 @@ from batmand.core.events import Uevent
 from batmand.core.gateway import GatewayNode
 from batmand.core.hardif import HardInterface
 from batmand.core.mesh import Mesh
-from batmand.core.originator import NeighNode, OrigNode
+from batmand.core.originator import NeighNode, OrigIfInfo, OrigNode
 from batmand.sim.network import Network
 from batmand.sim.replay import replay
 from batmand.wire import (Bcast, GatewayTvlv, InnerFrame, IvOgm, Mac, Unicast, Unicast4Addr, WireError,
@@ -111,13 +111,13 @@ def test_dhcp_classification_v4_v6_and_vlan():
 # --- the algorithms' gateway operations with worked numbers ----------------------------------------
 
 
-def _gateway(algo_state, metric: int | None, down: int, n: int) -> GatewayNode:
+def _gateway(record, metric: int | None, down: int, n: int) -> GatewayNode:
     """A gateway whose originator is routed with `metric` (None: no route)."""
     orig = OrigNode(Mac(f"02:00:00:00:0{n}:00"), 0.0)
     if metric is not None:
         neigh = NeighNode(orig.orig, HardInterface("eth0", Mac("02:00:00:00:00:01")), orig, 0.0)
-        neigh.ifinfo_new(None).algo = algo_state(metric)
-        orig.ifinfo_new(None).router = neigh
+        neigh.ifinfo_new(None, lambda: record(metric))
+        orig.ifinfo_new(None, OrigIfInfo).router = neigh
     return GatewayNode(orig, down, down // 5)
 
 
@@ -135,7 +135,7 @@ def test_iv_selection_classes_worked_numbers():
     gws = [a, b, c]
     # class 1: tq² · down · 100² >> 18 — a: 40000·100·10⁴ >> 18 = 152587, b: 22500·500·10⁴ >> 18
     # = 429153, c: 48400·20·10⁴ >> 18 = 36926
-    assert [(g.orig_node.router().ifinfo_get(None).algo.tq_avg ** 2 * g.bandwidth_down * 10000) >> 18
+    assert [(g.orig_node.router().ifinfo_get(None).tq_avg ** 2 * g.bandwidth_down * 10000) >> 18
             for g in gws] == [152587, 429153, 36926]
     assert iv.gw_best(gws, 1) is b
     for sel_class in (2, 3, 20, 255):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from batmand.core.bat_iv import NEIGH_DUP, NO_DUP, ORIG_DUP, PROTECTED
+from batmand.core.bat_iv import NEIGH_DUP, NO_DUP, ORIG_DUP, PROTECTED, IvOrigIfInfo
 from batmand.core.bitarray import bit_get_packet, seq_diff32
 from batmand.core.config import MeshConfig
 from batmand.core.mesh import Mesh
@@ -62,8 +62,8 @@ def test_duplicate_status_and_windows_are_the_kernels(operations):
         elif op == "ogm":
             seqno = (seqno + step) & 0xFFFFFFFF
             for outif in (None, iface):
-                info = orig_node.ifinfo_new(outif)
-                before = {k: (n.ifinfo[outif].algo.real_bits if outif in n.ifinfo and n.ifinfo[outif].algo else 0)
+                info = orig_node.ifinfo_new(outif, IvOrigIfInfo)
+                before = {k: (n.ifinfo_get(outif).real_bits if n.ifinfo_get(outif) else 0)
                           for k, n in orig_node.neighbours.items()}
                 status, windows = kernel_walk(before, info.last_real_seqno, seqno, key)
                 ogm = IvOgmFields(50, 0, seqno, bytes(ORIG), bytes(NEIGHS[index]), 200, (), b"")
@@ -71,7 +71,7 @@ def test_duplicate_status_and_windows_are_the_kernels(operations):
                 if got == PROTECTED:
                     continue  # a jump inside the reset protection: nothing was changed
                 assert got == status
-                after = {k: n.ifinfo[outif].algo.real_bits for k, n in orig_node.neighbours.items()}
+                after = {k: n.ifinfo_get(outif).real_bits for k, n in orig_node.neighbours.items()}
                 assert after == windows
                 for n in orig_node.neighbours.values():
-                    assert n.ifinfo[outif].algo.real_packet_count == n.ifinfo[outif].algo.real_bits.bit_count()
+                    assert n.ifinfo_get(outif).real_packet_count == n.ifinfo_get(outif).real_bits.bit_count()

@@ -109,7 +109,7 @@ def router(net: Network, a: str, b: str):
 
 def ring(net: Network, a: str, b: str) -> list[int]:
     r = router(net, a, b)
-    return list(r.ifinfo[None].algo.tq_recv) if r else []
+    return list(r.ifinfo_get(None).tq_recv) if r else []
 
 
 def link_counts(net: Network, a: str, b: str) -> tuple[int, int]:
@@ -119,7 +119,7 @@ def link_counts(net: Network, a: str, b: str) -> tuple[int, int]:
     r = router(net, a, b)
     orig_neigh = r.orig_node  # the originator entry of the next-hop MAC itself
     link = orig_neigh.neighbours[(orig_neigh.orig, r.if_incoming)]
-    return link.ifinfo[None].algo.real_packet_count, orig_neigh.ifinfo[r.if_incoming].algo.bcast_own_sum
+    return link.ifinfo_get(None).real_packet_count, orig_neigh.ifinfo_get(r.if_incoming).bcast_own_sum
 
 
 def originators(net: Network, a: str) -> set:
@@ -232,7 +232,7 @@ def test_line_lossless_tq_exact():
             hops = abs(LINE.index(a) - LINE.index(b))
             r = router(net, a, b)
             assert net.owner_of(r.addr) == line_neighbour(LINE, a, b)
-            assert list(r.ifinfo[None].algo.tq_recv) == [LOSSLESS[hops]] * RING, (a, b)
+            assert list(r.ifinfo_get(None).tq_recv) == [LOSSLESS[hops]] * RING, (a, b)
             assert net.tq(a, b) == LOSSLESS[hops], (a, b)
             # the counts that make calc_tq neutral on the first link: all 64 received and echoed
             assert link_counts(net, a, b) == (64, 64), (a, b)
@@ -256,7 +256,7 @@ def test_echo_in_flight_costs_one_slot():
     assert ring(net, "B", "A") == [255] * RING and net.tq("B", "A") == 255
     # nothing is lost: in A's echo window for B every bit but (possibly) bit 0 - the OGM A
     # sent last, whose echo may be on its way right now - is set
-    bcast_own = net.nodes["A"].mesh.originators.get(b.orig).ifinfo[a.mesh.iface("if0")].algo.bcast_own
+    bcast_own = net.nodes["A"].mesh.originators.get(b.orig).ifinfo_get(a.mesh.iface("if0")).bcast_own
     assert bcast_own | 1 == 2 ** 64 - 1
 
 
@@ -360,9 +360,9 @@ def record_pushes(net: Network, at: str, neighbour: str, log: list) -> object:
     the neighbour's OGM just processed, and the seqno of our own OGM sent last on that
     interface with whether its echo is already in (bit 0 of the echo window)."""
     r = router(net, at, neighbour)
-    info = r.ifinfo[None].algo  # IV's TQ ring of the route
-    echo_info = r.orig_node.ifinfo[r.if_incoming]
-    link = r.orig_node.neighbours[(r.orig_node.orig, r.if_incoming)].ifinfo[None]
+    info = r.ifinfo_get(None)  # IV's TQ ring of the route
+    echo_info = r.orig_node.ifinfo_get(r.if_incoming)
+    link = r.orig_node.neighbours[(r.orig_node.orig, r.if_incoming)].ifinfo_get(None)
     neigh_orig = r.orig_node
     iface = r.if_incoming
 
@@ -370,9 +370,9 @@ def record_pushes(net: Network, at: str, neighbour: str, log: list) -> object:
         __slots__ = ()
 
         def push_tq(self, value: int) -> None:
-            log.append((value, echo_info.algo.bcast_own_sum, link.algo.real_packet_count,
-                        neigh_orig.ifinfo[None].last_real_seqno,
-                        (iface.algo.ogm_seqno - 2) & 0xFFFFFFFF, bool(echo_info.algo.bcast_own & 1)))
+            log.append((value, echo_info.bcast_own_sum, link.real_packet_count,
+                        neigh_orig.ifinfo_get(None).last_real_seqno,
+                        (iface.algo.ogm_seqno - 2) & 0xFFFFFFFF, bool(echo_info.bcast_own & 1)))
             super().push_tq(value)
 
     info.__class__ = Spied
@@ -523,7 +523,7 @@ def test_cut_link_reroutes_within_the_ring_length(seed):
     while net.next_hop("A", "D") == old and net.now - cut_at < 20:
         step_event(net)  # one event at a time: the state below is the one the switch saw
     reroute = net.now - cut_at
-    old_ring = list(old_router.ifinfo[None].algo.tq_recv)
+    old_ring = list(old_router.ifinfo_get(None).tq_recv)
     new_avg = net.tq("A", "D")
     print(f"\nseed {seed}: A->D via {old} cut, switched to {net.next_hop('A', 'D')} after {reroute:.2f} s "
           f"(old ring {old_ring}, new tq {new_avg})")
@@ -531,9 +531,9 @@ def test_cut_link_reroutes_within_the_ring_length(seed):
     assert reroute <= 6.5
     # the kernel's rule (§6.5): the new router won on a higher average, or on an equal one
     # with a better echo count - the cut neighbour no longer echoes A's OGMs
-    echo_old = old_router.orig_node.ifinfo[old_router.if_incoming].algo.bcast_own_sum
+    echo_old = old_router.orig_node.ifinfo_get(old_router.if_incoming).bcast_own_sum
     new_router = router(net, "A", "D")
-    echo_new = new_router.orig_node.ifinfo[new_router.if_incoming].algo.bcast_own_sum
+    echo_new = new_router.orig_node.ifinfo_get(new_router.if_incoming).bcast_own_sum
     assert ring_avg(old_ring) < new_avg or (ring_avg(old_ring) == new_avg and echo_old < echo_new)
     # the 3-hop detour to the cut-off neighbour shows up as well
     net.run_for(10)
@@ -649,7 +649,7 @@ def test_secondary_interface_ogms_stay_on_their_link():
     # C's route to B's secondary originator: direct, via the secondary MAC itself
     sec_router = net.nodes["C"].mesh.originators.get(b_sec).router()
     assert sec_router.addr == b_sec and sec_router.if_incoming.name == "if0"
-    assert sec_router.ifinfo[None].algo.tq_avg > 0
+    assert sec_router.ifinfo_get(None).tq_avg > 0
     # everybody reaches B's primary originator; C through next hop B.if1
     for name in "ACD":
         assert net.next_hop(name, "B") is not None

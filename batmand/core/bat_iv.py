@@ -43,10 +43,11 @@ class IvIface:
     ogm_seqno: int
 
 
-# the TQ ring's int: TQ i in bits 8i..8i+7, above them the count of its non-zero TQs and
-# their sum (one int object per record, not three)
+# the TQ ring's int: TQ i in bits 8i..8i+7, above them the count of its non-zero TQs, the
+# next index and the sum of the TQs (57 bits: one int object per record, and two slots fewer)
 _TQ_COUNT_SHIFT = 8 * TQ_GLOBAL_WINDOW_SIZE
-_TQ_SUM_SHIFT = _TQ_COUNT_SHIFT + 3
+_TQ_INDEX_SHIFT = _TQ_COUNT_SHIFT + 3
+_TQ_SUM_SHIFT = _TQ_INDEX_SHIFT + 3
 
 
 @dataclass(eq=False, slots=True)
@@ -56,8 +57,7 @@ class IvNeighIfInfo(NeighIfInfo):
     per neighbour, originator and outgoing interface: few slots, few int objects."""
 
     real_bits: int = 0
-    tq_ring: int = 0  # the ring, its count and sum (_TQ_*_SHIFT)
-    tq_index: int = 0
+    tq_ring: int = 0  # the ring, its count, index and sum (_TQ_*_SHIFT)
     tq_avg: int = 0
 
     @property
@@ -68,16 +68,21 @@ class IvNeighIfInfo(NeighIfInfo):
     def tq_recv(self) -> list[int]:
         return [self.tq_ring >> 8 * i & 0xFF for i in range(TQ_GLOBAL_WINDOW_SIZE)]
 
+    @property
+    def tq_index(self) -> int:
+        return self.tq_ring >> _TQ_INDEX_SHIFT & 7
+
     def push_tq(self, value: int) -> None:
         """batadv_ring_buffer_set + batadv_ring_buffer_avg (zeros are not averaged)."""
-        index = self.tq_index
-        shift = 8 * index
         ring = self.tq_ring
+        index = ring >> _TQ_INDEX_SHIFT & 7
+        shift = 8 * index
         old = ring >> shift & 0xFF
         delta = value - old
-        ring += (delta << shift) + (delta << _TQ_SUM_SHIFT) + (((value > 0) - (old > 0)) << _TQ_COUNT_SHIFT)
+        # each field changes by its difference (none borrows from or carries into the next)
+        ring += ((delta << shift) + (delta << _TQ_SUM_SHIFT) + (((value > 0) - (old > 0)) << _TQ_COUNT_SHIFT)
+                 + ((1 if index < TQ_GLOBAL_WINDOW_SIZE - 1 else 1 - TQ_GLOBAL_WINDOW_SIZE) << _TQ_INDEX_SHIFT))
         self.tq_ring = ring
-        self.tq_index = index + 1 if index < TQ_GLOBAL_WINDOW_SIZE - 1 else 0
         count = ring >> _TQ_COUNT_SHIFT & 7
         self.tq_avg = (ring >> _TQ_SUM_SHIFT) // count if count else 0
 

@@ -18,7 +18,6 @@ keeps the whole mesh on unicast copies."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from batmand.wire import InnerFrame, Mac, McastTvlv
@@ -120,8 +119,9 @@ class Multicast:
         self.announcing: set[Mac] = set()  # those whose last OGM carried the container (HAS_MCAST)
         self.not_capable: set[Mac] = set()  # those without HAVE_MC_PTYPE_CAPA (num_no_mc_ptype_capa)
         self.forwarding = McastForwarding(mesh)
-        # the originators in each "wants" list, newest first (the kernel's hlists)
-        self.wants: dict[str, OrderedDict] = {k: OrderedDict() for k in ("unsnoopables", "ipv4", "ipv6", "rtr4", "rtr6")}
+        # the originators in each "wants" list, oldest first: the kernel's hlists read backwards
+        # (plain dicts: an OrderedDict's entry costs twice a dict's, one per originator per list)
+        self.wants: dict[str, dict] = {k: {} for k in ("unsnoopables", "ipv4", "ipv6", "rtr4", "rtr6")}
         mesh.tvlv.handle_ogm(TvlvType.MCAST, McastTvlv.VERSION, self._ogm_container, when_absent=True,
                              each_copy=False)
         mesh.tvlv.contribute(self._container, reserve=8)
@@ -165,7 +165,6 @@ class Multicast:
             members = self.wants[name]
             if wanted and orig not in members:
                 members[orig] = None
-                members.move_to_end(orig, last=False)
             elif not wanted:
                 members.pop(orig, None)
         (self.not_capable.discard if new & HAVE_MC_PTYPE_CAPA else self.not_capable.add)(orig)
@@ -217,8 +216,8 @@ class Multicast:
         family, unsnoopable, routable = kind
         entry = mesh.tt.global_.get((inner.h_dest, 0))
         listeners = list(reversed(entry.origs)) if entry is not None else []  # the newest announcer first
-        want_all = list(self.wants["ipv4" if family == 4 else "ipv6"])
-        routers = list(self.wants["rtr4" if family == 4 else "rtr6"]) if routable else []
+        want_all = list(reversed(self.wants["ipv4" if family == 4 else "ipv6"]))  # the newest first
+        routers = list(reversed(self.wants["rtr4" if family == 4 else "rtr6"])) if routable else []
         unsnoop = len(self.wants["unsnoopables"]) if unsnoopable else 0
         total = len(listeners) + len(want_all) + unsnoop + len(routers)
         if total == 0:

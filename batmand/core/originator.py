@@ -128,7 +128,7 @@ class OrigNode(PerOutif):
     # translation table state of this originator
     last_ttvn: int = 0
     has_tt: bool = False  # BATADV_ORIG_CAPA_HAS_TT initialised
-    tt_crcs: dict = field(default_factory=dict)  # vid -> crc (recomputed from our global table)
+    tt_crcs: tuple = ()  # ((vid, crc), ...) recomputed from our global table (a tuple: a dict is 224 bytes)
     tt_buff: list | None = None  # last changes received (to answer diff requests)
     # broadcast duplicate window
     last_bcast_seqno: int = 0

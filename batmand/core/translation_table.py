@@ -137,6 +137,7 @@ class Announcers:
 
 
 _UNCOUNTED = F.ROAM | F.TEMP  # entries with these flags are left out of the CRCs
+_BY_ORIG_TUPLE = 8  # up to this many clients of an originator, by_orig holds a tuple
 
 
 class GlobalEntry:
@@ -195,7 +196,9 @@ class TranslationTable:
         self.local_crcs: dict[int, int] = {}
         self.tvlv: TtTvlv | None = None  # the TT container of our OGMs
         self.global_: dict[tuple[Mac, int], GlobalEntry] = {}
-        self.by_orig: dict[Mac, set] = {}
+        # originator -> its clients' keys: a tuple while few (a set is 216 bytes however
+        # small, and most originators announce a handful), a set beyond _BY_ORIG_TUPLE
+        self.by_orig: dict[Mac, tuple | set] = {}
         # kept as entries change, so that a diff costs its changes, not the table
         self.orig_vlans: dict[Mac, dict[int, OrigVlan]] = {}
         # temporary entries (learnt from broadcasts and 4addr frames), oldest first: they have a
@@ -472,7 +475,7 @@ class TranslationTable:
     def _global_free(self, entry: GlobalEntry) -> None:
         key = entry.key
         for orig, oe in entry.origs.items():
-            self.by_orig.get(orig, set()).discard(key)
+            self._by_orig_discard(orig, key)
             self._orig_entry_removed(entry, orig, oe)
         entry.origs.clear()
         if self.global_.get(key) is entry:
@@ -484,16 +487,34 @@ class TranslationTable:
     def _global_del_orig_entry(self, entry: GlobalEntry, orig: Mac) -> None:
         oe = entry.origs.pop(orig, None)
         if oe is not None:
-            self.by_orig.get(orig, set()).discard(entry.key)
+            self._by_orig_discard(orig, entry.key)
             self._orig_entry_removed(entry, orig, oe)
             self.dirty_clients.add(entry.key)
+
+    def _by_orig_add(self, orig: Mac, key: tuple) -> None:
+        keys = self.by_orig.get(orig)
+        if keys is None:
+            self.by_orig[orig] = (key,)
+        elif type(keys) is tuple:
+            if key not in keys:
+                self.by_orig[orig] = keys + (key,) if len(keys) < _BY_ORIG_TUPLE else {*keys, key}
+        else:
+            keys.add(key)
+
+    def _by_orig_discard(self, orig: Mac, key: tuple) -> None:
+        keys = self.by_orig.get(orig)
+        if type(keys) is tuple:
+            if key in keys:
+                self.by_orig[orig] = tuple(k for k in keys if k != key)
+        elif keys is not None:
+            keys.discard(key)
 
     def _global_add_orig_entry(self, entry: GlobalEntry, orig: Mac, ttvn: int, flags: int) -> None:
         oe = entry.origs.get(orig)
         flags &= TT_SYNC_MASK
         if oe is None:
             oe = entry.origs[orig] = orig_entry(ttvn, flags)
-            self.by_orig.setdefault(orig, set()).add(entry.key)
+            self._by_orig_add(orig, entry.key)
             self._orig_entry_added(entry, orig, oe)
         else:
             if oe.flags != flags and not entry.flags & _UNCOUNTED:
@@ -645,7 +666,7 @@ class TranslationTable:
         self.by_orig.pop(orig_node.orig, None)
         self.announcers.discard(orig_node.orig)
         orig_node.has_tt = False
-        orig_node.tt_crcs = {}
+        orig_node.tt_crcs = ()
         orig_node.tvlvs_seen = None  # the next copy of its OGM asks, not only its next OGM
 
     def _orig_entries(self, orig: Mac):
@@ -658,17 +679,17 @@ class TranslationTable:
         CRCs are kept as entries change; this takes the values that are to be compared with
         the originator's next announcements (O(VLANs), not O(entries))."""
         vlans = self.orig_vlans.get(orig_node.orig, {})
-        orig_node.tt_crcs = {vid: vlan.crc for vid, vlan in vlans.items()}
+        orig_node.tt_crcs = tuple((vid, vlan.crc) for vid, vlan in vlans.items())
 
     def check_crc(self, orig_node, vlans: list[TtVlan]) -> bool:
         """Every announced VLAN CRC matches ours, and we know no VLAN it did not announce;
         VLANs whose announcements we ignore are not compared."""
         announced = {v.vid: v.crc for v in vlans}
-        if announced == orig_node.tt_crcs:
+        if announced == dict(orig_node.tt_crcs):
             return True  # equal in full, so equal without the ignored VLANs too (every OGM)
         orig = orig_node.orig
         announced = {v.vid: v.crc for v in vlans if not self._ignored_vlan(orig, v.vid)}
-        return announced == {vid: crc for vid, crc in orig_node.tt_crcs.items() if not self._ignored_vlan(orig, vid)}
+        return announced == {vid: crc for vid, crc in orig_node.tt_crcs if not self._ignored_vlan(orig, vid)}
 
     def _apply_changes(self, now: float, orig_node, changes: list[TtChange], ttvn: int) -> bool:
         """Apply announced changes; stops (and returns False) when our limits refuse one."""
@@ -796,7 +817,7 @@ class TranslationTable:
                        for e, oe in self._orig_entries(req_dst) if not e.flags & (F.ROAM | F.TEMP)]
         else:
             changes = [TtChange(flags=c.flags, addr=c.addr, vid=c.vid) for c in dst_node.tt_buff]
-        vlans = [TtVlan(crc=crc, vid=vid) for vid, crc in dst_node.tt_crcs.items()]
+        vlans = [TtVlan(crc=crc, vid=vid) for vid, crc in dst_node.tt_crcs]
         flags = TtDataFlags.RESPONSE | (TtDataFlags.FULL_TABLE if full else 0)
         tvlv = TtTvlv(flags=flags, ttvn=req.ttvn, vlans=vlans, changes=changes)
         if TVLV_OVERHEAD - 4 + len(tvlv.encode_value()) + 4 > self.mesh.packet_size_max:
@@ -901,7 +922,7 @@ class TranslationTable:
                 rows.append({"tt_address": str(addr), "tt_vid": _shown_vid(vid), "tt_flags": int(flags),
                              "tt_ttvn": orig_entry.ttvn, "orig_address": str(orig),
                              "tt_last_ttvn": orig_node.last_ttvn if orig_node else 0,
-                             "tt_crc32": orig_node.tt_crcs.get(vid, 0) if orig_node else 0, "best": orig == best})
+                             "tt_crc32": dict(orig_node.tt_crcs).get(vid, 0) if orig_node else 0, "best": orig == best})
         return rows
 
 

@@ -18,6 +18,7 @@ class HardifNeigh:
     orig: Mac  # originator this neighbour was first learnt for
     last_seen: float
     algo: object = None  # the routing algorithm's own state (V: ELP and the link estimate)
+    key: tuple = ()  # (addr, interface): the key of the originators' neighbour entries through it
 
 
 @dataclass

@@ -212,11 +212,13 @@ class OriginatorTable:
             if len(orig_node.neighbours) >= self.config.max_neighbours_per_originator:
                 self.counters.drop("neighbour_table_full")
                 return None
-            if self.hardif_neigh_get_or_create(hard_iface, addr, orig_node.orig, now) is None:
+            hardif_neigh = self.hardif_neigh_get_or_create(hard_iface, addr, orig_node.orig, now)
+            if hardif_neigh is None:
                 return None
             # the neighbour's address is its originator's (IV): one Mac object for both
             mac = orig_neigh.orig if orig_neigh.orig == addr else Mac(addr)
-            neigh = orig_node.neighbours[key] = NeighNode(mac, hard_iface, orig_neigh, now)
+            # the key: the hard interface neighbour's, one tuple for every originator heard through it
+            neigh = orig_node.neighbours[hardif_neigh.key] = NeighNode(mac, hard_iface, orig_neigh, now)
         else:
             hard_iface.eviction.touch(addr)
             neigh.orig_node = orig_neigh
@@ -236,6 +238,7 @@ class OriginatorTable:
                 return None
             self.counters.drop("hardif_neighbour_evicted")
             del iface.neighbours[weakest]
-        neigh = iface.neighbours[addr] = HardifNeigh(Mac(addr), Mac(orig), now)
+        mac = Mac(addr)
+        neigh = iface.neighbours[addr] = HardifNeigh(mac, Mac(orig), now, key=(mac, iface))
         iface.eviction.add(addr)
         return neigh

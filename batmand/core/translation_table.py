@@ -173,6 +173,7 @@ class OrigVlan:
     """One originator's entries on one VLAN: how many (any flags), and the CRC of those
     that count (the kernel's orig_node_vlan with its tt.crc)."""
 
+    vid: int
     entries: int = 0
     crc: int = 0
 
@@ -200,7 +201,8 @@ class TranslationTable:
         # small, and most originators announce a handful), a set beyond _BY_ORIG_TUPLE
         self.by_orig: dict[Mac, tuple | set] = {}
         # kept as entries change, so that a diff costs its changes, not the table
-        self.orig_vlans: dict[Mac, dict[int, OrigVlan]] = {}
+        # (a tuple per originator: most have a VLAN or two, and a dict is 224 bytes)
+        self.orig_vlans: dict[Mac, tuple[OrigVlan, ...]] = {}
         # temporary entries (learnt from broadcasts and 4addr frames), oldest first: they have a
         # budget of their own and never take an announced client's place
         self.temporary: OrderedDict[tuple[Mac, int], None] = OrderedDict()
@@ -417,8 +419,17 @@ class TranslationTable:
 
     # --- global table -----------------------------------------------------------------------
 
+    def _orig_vlan(self, orig: Mac, vid: int) -> OrigVlan | None:
+        for vlan in self.orig_vlans.get(orig, ()):
+            if vlan.vid == vid:
+                return vlan
+        return None
+
     def _orig_entry_added(self, entry: GlobalEntry, orig: Mac, oe: OrigEntry) -> None:
-        vlan = self.orig_vlans.setdefault(orig, {}).setdefault(entry.vid, OrigVlan())
+        vlan = self._orig_vlan(orig, entry.vid)
+        if vlan is None:
+            vlan = OrigVlan(entry.vid)
+            self.orig_vlans[orig] = self.orig_vlans.get(orig, ()) + (vlan,)
         vlan.entries += 1
         if not entry.flags & _UNCOUNTED:
             vlan.crc ^= tt_entry_crc(entry.addr, entry.vid, oe.flags)
@@ -426,15 +437,16 @@ class TranslationTable:
             self.orig_temporary[orig] = self.orig_temporary.get(orig, 0) + 1
 
     def _orig_entry_removed(self, entry: GlobalEntry, orig: Mac, oe: OrigEntry) -> None:
-        vlans = self.orig_vlans.get(orig, {})
-        vlan = vlans.get(entry.vid)
+        vlan = self._orig_vlan(orig, entry.vid)
         if vlan is not None:
             vlan.entries -= 1
             if not entry.flags & _UNCOUNTED:
                 vlan.crc ^= tt_entry_crc(entry.addr, entry.vid, oe.flags)
             if not vlan.entries:
-                del vlans[entry.vid]
-                if not vlans:
+                rest = tuple(v for v in self.orig_vlans[orig] if v is not vlan)
+                if rest:
+                    self.orig_vlans[orig] = rest
+                else:
                     del self.orig_vlans[orig]
         if entry.flags & F.TEMP:
             self._count_temporary(orig, -1)
@@ -452,7 +464,7 @@ class TranslationTable:
         new = entry.flags
         if bool(old & _UNCOUNTED) != bool(new & _UNCOUNTED):
             for orig, oe in entry.origs.items():
-                self.orig_vlans[orig][entry.vid].crc ^= tt_entry_crc(entry.addr, entry.vid, oe.flags)
+                self._orig_vlan(orig, entry.vid).crc ^= tt_entry_crc(entry.addr, entry.vid, oe.flags)
         if (old ^ new) & F.TEMP:
             key = entry.key
             if new & F.TEMP:
@@ -518,7 +530,7 @@ class TranslationTable:
             self._orig_entry_added(entry, orig, oe)
         else:
             if oe.flags != flags and not entry.flags & _UNCOUNTED:
-                self.orig_vlans[orig][entry.vid].crc ^= (tt_entry_crc(entry.addr, entry.vid, oe.flags)
+                self._orig_vlan(orig, entry.vid).crc ^= (tt_entry_crc(entry.addr, entry.vid, oe.flags)
                                                          ^ tt_entry_crc(entry.addr, entry.vid, flags))
             entry.origs[orig] = orig_entry(ttvn, flags)
         self.dirty_clients.add(entry.key)
@@ -678,8 +690,7 @@ class TranslationTable:
         """batadv_tt_global_update_crc: per VLAN of this originator, ROAM/TEMP excluded. The
         CRCs are kept as entries change; this takes the values that are to be compared with
         the originator's next announcements (O(VLANs), not O(entries))."""
-        vlans = self.orig_vlans.get(orig_node.orig, {})
-        orig_node.tt_crcs = tuple((vid, vlan.crc) for vid, vlan in vlans.items())
+        orig_node.tt_crcs = tuple((vlan.vid, vlan.crc) for vlan in self.orig_vlans.get(orig_node.orig, ()))
 
     def check_crc(self, orig_node, vlans: list[TtVlan]) -> bool:
         """Every announced VLAN CRC matches ours, and we know no VLAN it did not announce;

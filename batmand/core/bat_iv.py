@@ -44,7 +44,7 @@ class IvIface:
 
 
 # the TQ ring's int: TQ i in bits 8i..8i+7, above them the count of its non-zero TQs, the
-# next index and the sum of the TQs (57 bits: one int object per record, and two slots fewer)
+# next index and the sum of the TQs (57 bits: one int object per record, and no more slots)
 _TQ_COUNT_SHIFT = 8 * TQ_GLOBAL_WINDOW_SIZE
 _TQ_INDEX_SHIFT = _TQ_COUNT_SHIFT + 3
 _TQ_SUM_SHIFT = _TQ_INDEX_SHIFT + 3
@@ -58,7 +58,6 @@ class IvNeighIfInfo(NeighIfInfo):
 
     real_bits: int = 0
     tq_ring: int = 0  # the ring, its count, index and sum (_TQ_*_SHIFT)
-    tq_avg: int = 0
 
     @property
     def real_packet_count(self) -> int:
@@ -72,6 +71,13 @@ class IvNeighIfInfo(NeighIfInfo):
     def tq_index(self) -> int:
         return self.tq_ring >> _TQ_INDEX_SHIFT & 7
 
+    @property
+    def tq_avg(self) -> int:
+        """batadv_ring_buffer_avg: the mean of the non-zero TQs."""
+        ring = self.tq_ring
+        count = ring >> _TQ_COUNT_SHIFT & 7
+        return (ring >> _TQ_SUM_SHIFT) // count if count else 0
+
     def push_tq(self, value: int) -> None:
         """batadv_ring_buffer_set + batadv_ring_buffer_avg (zeros are not averaged)."""
         ring = self.tq_ring
@@ -83,8 +89,6 @@ class IvNeighIfInfo(NeighIfInfo):
         ring += ((delta << shift) + (delta << _TQ_SUM_SHIFT) + (((value > 0) - (old > 0)) << _TQ_COUNT_SHIFT)
                  + ((1 if index < TQ_GLOBAL_WINDOW_SIZE - 1 else 1 - TQ_GLOBAL_WINDOW_SIZE) << _TQ_INDEX_SHIFT))
         self.tq_ring = ring
-        count = ring >> _TQ_COUNT_SHIFT & 7
-        self.tq_avg = (ring >> _TQ_SUM_SHIFT) // count if count else 0
 
 
 @dataclass(eq=False, slots=True)
@@ -104,7 +108,12 @@ class IvOrigIfInfo(OrigIfInfo):
 
 
 def _tq(info: IvNeighIfInfo | None) -> int:
-    return info.tq_avg if info is not None else 0
+    """tq_avg, 0 without a record (inline: it is asked per OGM)."""
+    if info is None:
+        return 0
+    ring = info.tq_ring
+    count = ring >> _TQ_COUNT_SHIFT & 7
+    return (ring >> _TQ_SUM_SHIFT) // count if count else 0
 
 
 def _echoes(info: IvOrigIfInfo | None) -> int:
@@ -574,7 +583,6 @@ class BatmanIV:
         ninfo.push_tq(tq)
         if dup == NO_DUP:
             info.last_ttl = ogm.ttl
-            ninfo.last_ttl = ogm.ttl
         router = info.router
         if router is neigh:
             return

@@ -443,7 +443,6 @@ class BatmanV:
         ninfo = neigh.ifinfo_new(outif, VNeighIfInfo)
         ninfo.throughput = forward_penalty(path, if_incoming, outif, self.mesh.config.hop_penalty)
         ninfo.last_seqno = ogm.seqno
-        ninfo.last_ttl = ogm.ttl
         return 1 if diff > 0 or started else 0
 
     def _route_update(self, now: float, eth_src: Mac, orig_node: OrigNode, neigh: NeighNode, outif) -> bool:

@@ -20,9 +20,9 @@ from .hardif import HardifNeigh, HardInterface
 
 @dataclass(eq=False, slots=True)
 class NeighIfInfo:
-    """Per (neighbour, outgoing interface) (batadv_neigh_ifinfo)."""
-
-    last_ttl: int = 0
+    """Per (neighbour, outgoing interface) (batadv_neigh_ifinfo): all of it is the
+    algorithm's (the kernel's last_ttl here is written, never read: left out, as there is
+    one of these per neighbour, originator and outgoing interface)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -36,22 +36,25 @@ class OrigIfInfo:
     seqno_reset: float = float("-inf")
 
 
+_SEVERAL = object()  # PerOutif.if_key when if_info is a dict of the interfaces' records
+
+
 class PerOutif:
     """The records of an originator or neighbour per outgoing interface (the kernel's ifinfo
-    lists), without a dict for the usual one hard interface (a dict is ~220 bytes, and there
+    lists), without a dict for the usual one hard interface (a dict is 224 bytes, and there
     is one per neighbour of every originator): the default table's record (outif None) in
-    `if_default`, the first interface's in `if_first` under `if_first_key`, any further ones
-    in `if_more`, a dict made for the third table."""
+    `if_default`; the one interface's record in `if_info` with the interface in `if_key`,
+    or once there are two or more, a dict of them in `if_info` (`if_key` is _SEVERAL)."""
 
     __slots__ = ()
 
     def ifinfo_get(self, outif):
         if outif is None:
             return self.if_default
-        if outif is self.if_first_key:
-            return self.if_first
-        more = self.if_more
-        return more.get(outif) if more is not None else None
+        key = self.if_key
+        if outif is key:
+            return self.if_info
+        return self.if_info.get(outif) if key is _SEVERAL else None
 
     def ifinfo_new(self, outif, make: Callable):
         """The record for `outif`, made by `make` (the algorithm's record class) if none."""
@@ -60,12 +63,12 @@ class PerOutif:
             info = make()
             if outif is None:
                 self.if_default = info
-            elif self.if_first_key is None:
-                self.if_first_key, self.if_first = outif, info
+            elif self.if_key is None:
+                self.if_key, self.if_info = outif, info
+            elif self.if_key is _SEVERAL:
+                self.if_info[outif] = info
             else:
-                if self.if_more is None:
-                    self.if_more = {}
-                self.if_more[outif] = info
+                self.if_key, self.if_info = _SEVERAL, {self.if_key: self.if_info, outif: info}
         return info
 
     def ifinfo_pop(self, outif):
@@ -73,27 +76,26 @@ class PerOutif:
         if outif is None:
             info, self.if_default = self.if_default, None
             return info
-        more = self.if_more
-        if outif is self.if_first_key:
-            info = self.if_first
-            if more:  # one of the others takes the first place, which is looked at first
-                self.if_first_key = next(iter(more))
-                self.if_first = more.pop(self.if_first_key)
-            else:
-                self.if_first_key = self.if_first = None
-        else:
-            info = more.pop(outif, None) if more else None
-        if more is not None and not more:
-            self.if_more = None
+        key = self.if_key
+        if outif is key:
+            info, self.if_key, self.if_info = self.if_info, None, None
+            return info
+        if key is not _SEVERAL:
+            return None
+        several = self.if_info
+        info = several.pop(outif, None)
+        if len(several) == 1:  # back to the one slot
+            ((self.if_key, self.if_info),) = several.items()
         return info
 
     def ifinfo_items(self) -> list:
         """(outif, record) for each table that has one."""
         items = [] if self.if_default is None else [(None, self.if_default)]
-        if self.if_first_key is not None:
-            items.append((self.if_first_key, self.if_first))
-        if self.if_more:
-            items.extend(self.if_more.items())
+        key = self.if_key
+        if key is _SEVERAL:
+            items.extend(self.if_info.items())
+        elif key is not None:
+            items.append((key, self.if_info))
         return items
 
     def ifinfo_values(self) -> list:
@@ -110,9 +112,8 @@ class NeighNode(PerOutif):
     last_seen: float
     # its NeighIfInfo records (PerOutif)
     if_default: NeighIfInfo | None = None
-    if_first_key: HardInterface | None = None
-    if_first: NeighIfInfo | None = None
-    if_more: dict | None = None
+    if_key: object = None
+    if_info: NeighIfInfo | dict | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -122,9 +123,8 @@ class OrigNode(PerOutif):
     neighbours: dict = field(default_factory=dict)  # (addr, HardInterface) -> NeighNode
     # its OrigIfInfo records (PerOutif)
     if_default: OrigIfInfo | None = None
-    if_first_key: HardInterface | None = None
-    if_first: OrigIfInfo | None = None
-    if_more: dict | None = None
+    if_key: object = None
+    if_info: OrigIfInfo | dict | None = None
     # translation table state of this originator
     last_ttvn: int = 0
     has_tt: bool = False  # BATADV_ORIG_CAPA_HAS_TT initialised

@@ -121,8 +121,14 @@ def _gateway(record, metric: int | None, down: int, n: int) -> GatewayNode:
     return GatewayNode(orig, down, down // 5)
 
 
+def _iv_record(tq: int) -> IvNeighIfInfo:
+    info = IvNeighIfInfo()
+    info.push_tq(tq)  # the only TQ in the ring: its average
+    return info
+
+
 def iv_gw(tq, down, n):
-    return _gateway(lambda m: IvNeighIfInfo(tq_avg=m), tq, down, n)
+    return _gateway(_iv_record, tq, down, n)
 
 
 def v_gw(throughput, down, n):

@@ -99,8 +99,7 @@ class IvOrigIfInfo(OrigIfInfo):
 
     bcast_own: int = 0
     union: int = 0
-    union_generation: int = -1  # the originator's neighbour generation and count it is of
-    union_count: int = 0
+    union_generation: int = -1  # the originator's neighbour generation it is of
 
     @property
     def bcast_own_sum(self) -> int:
@@ -444,8 +443,7 @@ class BatmanIV:
         in_window = 0 <= age < WINDOW_SIZE
         neighbours = orig_node.neighbours
         iv_info = info
-        if (in_window and iv_info.union_generation == orig_node.neigh_generation
-                and iv_info.union_count == len(neighbours)):
+        if in_window and iv_info.union_generation == orig_node.neigh_generation:
             # a copy of a seqno the window holds: only the sender's window changes, and the
             # union says whether another neighbour sent it (O(1), not a walk of them all)
             bit = 1 << age
@@ -476,7 +474,7 @@ class BatmanIV:
             ninfo.real_bits, window_moved = bit_get_packet(ninfo.real_bits, diff, mark)
             moved |= window_moved
             union |= ninfo.real_bits
-        iv_info.union, iv_info.union_generation, iv_info.union_count = union, orig_node.neigh_generation, len(neighbours)
+        iv_info.union, iv_info.union_generation = union, orig_node.neigh_generation
         if moved:
             info.last_real_seqno = ogm.seqno
         return status

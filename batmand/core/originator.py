@@ -128,13 +128,13 @@ class OrigNode(PerOutif):
     # translation table state of this originator
     last_ttvn: int = 0
     has_tt: bool = False  # BATADV_ORIG_CAPA_HAS_TT initialised
-    tt_crcs: tuple = ()  # ((vid, crc), ...) recomputed from our global table (a tuple: a dict is 224 bytes)
+    crcs_flat: tuple = ()  # tt_crcs as vid, crc, vid, crc, ... (a dict per originator is 224 bytes)
     tt_buff: list | None = None  # last changes received (to answer diff requests)
     # broadcast duplicate window
     last_bcast_seqno: int = 0
     bcast_bits: int = 0
     bcast_seqno_reset: float = float("-inf")
-    neigh_generation: int = 0  # counts removals of neighbours (what the algorithm derived from them is stale)
+    neigh_generation: int = 0  # counts changes of the neighbour set (what the algorithm derived from them is stale)
     # (seqno, containers, the handlers that want each copy): the last OGM whose containers
     # went to the TVLV handlers (TvlvRegistry.ogm_received); None: hand over the next copy
     tvlvs_seen: tuple | None = None
@@ -144,6 +144,16 @@ class OrigNode(PerOutif):
             del self.neighbours[key]
         if keys:
             self.neigh_generation += 1
+
+    @property
+    def tt_crcs(self) -> dict:
+        """vid -> crc, recomputed from our global table (what its announcements must match)."""
+        flat = self.crcs_flat
+        return dict(zip(flat[::2], flat[1::2]))
+
+    @tt_crcs.setter
+    def tt_crcs(self, crcs: dict) -> None:
+        self.crcs_flat = tuple(x for item in crcs.items() for x in item)
 
     def router(self, outif=None) -> NeighNode | None:
         info = self.if_default if outif is None else self.ifinfo_get(outif)
@@ -219,6 +229,7 @@ class OriginatorTable:
             mac = orig_neigh.orig if orig_neigh.orig == addr else Mac(addr)
             # the key: the hard interface neighbour's, one tuple for every originator heard through it
             neigh = orig_node.neighbours[hardif_neigh.key] = NeighNode(mac, hard_iface, orig_neigh, now)
+            orig_node.neigh_generation += 1
         else:
             hard_iface.eviction.touch(addr)
             neigh.orig_node = orig_neigh

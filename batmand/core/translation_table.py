@@ -678,7 +678,7 @@ class TranslationTable:
         self.by_orig.pop(orig_node.orig, None)
         self.announcers.discard(orig_node.orig)
         orig_node.has_tt = False
-        orig_node.tt_crcs = ()
+        orig_node.tt_crcs = {}
         orig_node.tvlvs_seen = None  # the next copy of its OGM asks, not only its next OGM
 
     def _orig_entries(self, orig: Mac):
@@ -690,17 +690,17 @@ class TranslationTable:
         """batadv_tt_global_update_crc: per VLAN of this originator, ROAM/TEMP excluded. The
         CRCs are kept as entries change; this takes the values that are to be compared with
         the originator's next announcements (O(VLANs), not O(entries))."""
-        orig_node.tt_crcs = tuple((vlan.vid, vlan.crc) for vlan in self.orig_vlans.get(orig_node.orig, ()))
+        orig_node.tt_crcs = {vlan.vid: vlan.crc for vlan in self.orig_vlans.get(orig_node.orig, ())}
 
     def check_crc(self, orig_node, vlans: list[TtVlan]) -> bool:
         """Every announced VLAN CRC matches ours, and we know no VLAN it did not announce;
         VLANs whose announcements we ignore are not compared."""
         announced = {v.vid: v.crc for v in vlans}
-        if announced == dict(orig_node.tt_crcs):
+        if announced == orig_node.tt_crcs:
             return True  # equal in full, so equal without the ignored VLANs too (every OGM)
         orig = orig_node.orig
         announced = {v.vid: v.crc for v in vlans if not self._ignored_vlan(orig, v.vid)}
-        return announced == {vid: crc for vid, crc in orig_node.tt_crcs if not self._ignored_vlan(orig, vid)}
+        return announced == {vid: crc for vid, crc in orig_node.tt_crcs.items() if not self._ignored_vlan(orig, vid)}
 
     def _apply_changes(self, now: float, orig_node, changes: list[TtChange], ttvn: int) -> bool:
         """Apply announced changes; stops (and returns False) when our limits refuse one."""
@@ -828,7 +828,7 @@ class TranslationTable:
                        for e, oe in self._orig_entries(req_dst) if not e.flags & (F.ROAM | F.TEMP)]
         else:
             changes = [TtChange(flags=c.flags, addr=c.addr, vid=c.vid) for c in dst_node.tt_buff]
-        vlans = [TtVlan(crc=crc, vid=vid) for vid, crc in dst_node.tt_crcs]
+        vlans = [TtVlan(crc=crc, vid=vid) for vid, crc in dst_node.tt_crcs.items()]
         flags = TtDataFlags.RESPONSE | (TtDataFlags.FULL_TABLE if full else 0)
         tvlv = TtTvlv(flags=flags, ttvn=req.ttvn, vlans=vlans, changes=changes)
         if TVLV_OVERHEAD - 4 + len(tvlv.encode_value()) + 4 > self.mesh.packet_size_max:
@@ -933,7 +933,7 @@ class TranslationTable:
                 rows.append({"tt_address": str(addr), "tt_vid": _shown_vid(vid), "tt_flags": int(flags),
                              "tt_ttvn": orig_entry.ttvn, "orig_address": str(orig),
                              "tt_last_ttvn": orig_node.last_ttvn if orig_node else 0,
-                             "tt_crc32": dict(orig_node.tt_crcs).get(vid, 0) if orig_node else 0, "best": orig == best})
+                             "tt_crc32": orig_node.tt_crcs.get(vid, 0) if orig_node else 0, "best": orig == best})
         return rows
 
 

@@ -97,7 +97,7 @@ def test_global_tt_equals_batctl_tg(name, node, addrs):
     for (addr, vid), entry in mesh.tt.global_.items():
         for orig, orig_entry in entry.origs.items():
             orig_node = mesh.originators.get(orig)
-            ours.append((str(addr), vid, orig_entry.ttvn, str(orig), orig_node.last_ttvn, dict(orig_node.tt_crcs)[vid]))
+            ours.append((str(addr), vid, orig_entry.ttvn, str(orig), orig_node.last_ttvn, orig_node.tt_crcs[vid]))
     assert len(expected) >= 4
     assert sorted(ours) == expected
     assert mesh.counters["tt_response_rx"] >= 1

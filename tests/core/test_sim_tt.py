@@ -170,7 +170,7 @@ def test_added_clients_known_everywhere_with_ttvn_and_crc():
         assert announced_by(net, name, "A") == expected_keys, name
         on = orig_node(net, name, "A")
         assert on.has_tt and on.last_ttvn == 2
-        assert dict(on.tt_crcs) == {0: expected_crc}
+        assert on.tt_crcs == {0: expected_crc}
         tt = net.nodes[name].mesh.tt
         for c in clients:
             entry = tt.global_[(c, 0)]
@@ -266,7 +266,7 @@ def test_timed_out_clients_disappear_one_ttvn_per_commit():
         assert (c2, 0) not in tt.global_ and (c3, 0) not in tt.global_, name
         assert announced_by(net, name, "A") == keys
         on = orig_node(net, name, "A")
-        assert on.last_ttvn == 4 and dict(on.tt_crcs) == {0: crc}
+        assert on.last_ttvn == 4 and on.tt_crcs == {0: crc}
         assert net.nodes[name].fwd.lookup(c3, 0) is None
         assert net.nodes[name].fwd.lookup(c2, 0) is None
     assert_fwd_line(net, LINE, "A", c1, ttvn=4)
@@ -324,11 +324,11 @@ def test_roaming_client_moves_to_new_node():
         tt = net.nodes[name].mesh.tt
         if name != "A":
             on = orig_node(net, name, "A")
-            assert on.last_ttvn == 3 and dict(on.tt_crcs) == {0: crc_a}, name
+            assert on.last_ttvn == 3 and on.tt_crcs == {0: crc_a}, name
             assert announced_by(net, name, "A") == {(soft(net, "A"), 0), (c2, 0)}
         if name != "E":
             on = orig_node(net, name, "E")
-            assert on.last_ttvn == 2 and dict(on.tt_crcs) == {0: crc_e}, name
+            assert on.last_ttvn == 2 and on.tt_crcs == {0: crc_e}, name
             assert announced_by(net, name, "E") == {(soft(net, "E"), 0), (c1, 0)}
             entry = tt.global_[(c1, 0)]
             assert set(entry.origs) == {E.orig} and not entry.flags & (F.ROAM | F.TEMP)
@@ -399,7 +399,7 @@ def test_missed_diffs_recovered_with_one_full_table_request():
     assert after["C"]["tt_request_rx"] == before["C"]["tt_request_rx"]
 
     on = orig_node(net, "E", "A")
-    assert on.last_ttvn == 3 and dict(on.tt_crcs) == {0: crc} == {0: A.mesh.tt.local_crc(0)}
+    assert on.last_ttvn == 3 and on.tt_crcs == {0: crc} == {0: A.mesh.tt.local_crc(0)}
     assert announced_by(net, "E", "A") == {(soft(net, "A"), 0)} | {(client(i), 0) for i in (1, 2, 3)}
     assert E.fwd.lookup(client(3), 0)[0] == A.orig
     # and it stays quiet
@@ -428,7 +428,7 @@ def test_missed_single_diff_recovered_with_one_diff_request():
     assert {(ch.flags, ch.addr) for ch in resp.changes} == {(0, client(1)), (0, client(2))}
     on = orig_node(net, "E", "A")
     crc = tt_vlan_crc([(soft(net, "A"), 0), (client(1), 0), (client(2), 0)], 0)
-    assert on.last_ttvn == 2 and dict(on.tt_crcs) == {0: crc} == {0: A.mesh.tt.local_crc(0)}
+    assert on.last_ttvn == 2 and on.tt_crcs == {0: crc} == {0: A.mesh.tt.local_crc(0)}
     assert announced_by(net, "E", "A") == {(soft(net, "A"), 0), (client(1), 0), (client(2), 0)}
 
 
@@ -454,7 +454,7 @@ def test_steady_state_sends_no_tt_requests_or_responses():
         crc = net.nodes[owner].mesh.tt.local_crc(0)
         for name in LINE:
             if name != owner:
-                assert dict(orig_node(net, name, owner).tt_crcs) == {0: crc}
+                assert orig_node(net, name, owner).tt_crcs == {0: crc}
 
 
 # --- 7. broadcast ------------------------------------------------------------------------------
@@ -522,7 +522,7 @@ def test_broadcast_delivered_once_everywhere_and_creates_temp_entries():
     crc2 = tt_vlan_crc([(soft(net, "A"), 0), (early, 0)], 0)
     for name in "BCDE":
         assert orig_node(net, name, "A").last_ttvn == 2
-        assert dict(orig_node(net, name, "A").tt_crcs) == {0: crc2}
+        assert orig_node(net, name, "A").tt_crcs == {0: crc2}
         assert net.nodes[name].mesh.tt.global_[(talker, 0)].flags & F.TEMP
 
     # A's next commit announces the talker: the TEMP entries become real ones
@@ -533,7 +533,7 @@ def test_broadcast_delivered_once_everywhere_and_creates_temp_entries():
     for name in "BCDE":
         entry = net.nodes[name].mesh.tt.global_[(talker, 0)]
         assert not entry.flags & F.TEMP and entry.origs[A.orig].ttvn == 3
-        assert dict(orig_node(net, name, "A").tt_crcs) == {0: crc3}
+        assert orig_node(net, name, "A").tt_crcs == {0: crc3}
     assert counters(net) == requests  # no TT request/response was needed at any point
 
 
@@ -622,7 +622,7 @@ def test_ttvn_wrap_costs_exactly_one_full_table_request():
     for name in "BC":
         on = orig_node(net, name, "A")
         assert on.last_ttvn == A.mesh.tt.ttvn
-        assert dict(on.tt_crcs) == {0: tt_entry_crc(soft(net, "A"), 0)}
+        assert on.tt_crcs == {0: tt_entry_crc(soft(net, "A"), 0)}
         assert announced_by(net, name, "A") == {(soft(net, "A"), 0)}
 
 

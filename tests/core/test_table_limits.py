@@ -360,7 +360,7 @@ def _orig_with_entries(n: int):
     mesh.tt.requests[orig] = 1.0
     mesh.tt._handle_response(1.0, orig, TtTvlv(flags=TtDataFlags.RESPONSE | TtDataFlags.FULL_TABLE, ttvn=5,
                                                vlans=[TtVlan(crc=crc, vid=0)], changes=changes))
-    assert node.last_ttvn == 5 and dict(node.tt_crcs) == {0: crc}
+    assert node.last_ttvn == 5 and node.tt_crcs == {0: crc}
     return mesh, node, crc
 
 
@@ -373,7 +373,7 @@ def test_tt_diff_costs_its_changes_not_the_table(monkeypatch):
     ogm = spoofed_ogm(7, seqno=1001, tvlvs=[TtTvlv(flags=TtDataFlags.OGM_DIFF, ttvn=6, vlans=[TtVlan(crc=crc, vid=0)],
                                        changes=[TtChange(flags=0, addr=new, vid=0)])])
     mesh.receive(2.0, "if0", ogm)
-    assert node.last_ttvn == 6 and dict(node.tt_crcs) == {0: crc}
+    assert node.last_ttvn == 6 and node.tt_crcs == {0: crc}
     assert len(calls) <= 2
     # the same OGM again (a duplicate seqno): the kernel hands its TVLVs to TT all the same;
     # it only compares CRCs (no request: they match)
@@ -432,7 +432,7 @@ def test_incremental_crc_equals_a_full_recomputation(limit):
             tt.purge(2.0 + 1000.0)  # ROAM and TEMP entries time out
         for other in nodes:
             tt.update_orig_crc(other)
-            assert dict(other.tt_crcs) == _reference_crcs(tt, other.orig), step
+            assert other.tt_crcs == _reference_crcs(tt, other.orig), step
         for key in {k for keys in tt.by_orig.values() for k in keys}:
             assert key in tt.global_, step  # nothing refers to a freed entry
         temporary = [key for key, entry in tt.global_.items() if entry.flags & F.TEMP]

@@ -201,8 +201,9 @@ class TranslationTable:
         # small, and most originators announce a handful), a set beyond _BY_ORIG_TUPLE
         self.by_orig: dict[Mac, tuple | set] = {}
         # kept as entries change, so that a diff costs its changes, not the table
-        # (a tuple per originator: most have a VLAN or two, and a dict is 224 bytes)
-        self.orig_vlans: dict[Mac, tuple[OrigVlan, ...]] = {}
+        # (_vlans_of: the one OrigVlan of an originator with one VLAN, most have one, else a
+        # tuple of them; a dict per originator would be 224 bytes)
+        self.orig_vlans: dict[Mac, OrigVlan | tuple[OrigVlan, ...]] = {}
         # temporary entries (learnt from broadcasts and 4addr frames), oldest first: they have a
         # budget of their own and never take an announced client's place
         self.temporary: OrderedDict[tuple[Mac, int], None] = OrderedDict()
@@ -419,8 +420,12 @@ class TranslationTable:
 
     # --- global table -----------------------------------------------------------------------
 
+    def _vlans_of(self, orig: Mac) -> tuple[OrigVlan, ...]:
+        vlans = self.orig_vlans.get(orig, ())
+        return (vlans,) if type(vlans) is OrigVlan else vlans
+
     def _orig_vlan(self, orig: Mac, vid: int) -> OrigVlan | None:
-        for vlan in self.orig_vlans.get(orig, ()):
+        for vlan in self._vlans_of(orig):
             if vlan.vid == vid:
                 return vlan
         return None
@@ -429,7 +434,7 @@ class TranslationTable:
         vlan = self._orig_vlan(orig, entry.vid)
         if vlan is None:
             vlan = OrigVlan(entry.vid)
-            self.orig_vlans[orig] = self.orig_vlans.get(orig, ()) + (vlan,)
+            self.orig_vlans[orig] = self._vlans_of(orig) + (vlan,) if orig in self.orig_vlans else vlan
         vlan.entries += 1
         if not entry.flags & _UNCOUNTED:
             vlan.crc ^= tt_entry_crc(entry.addr, entry.vid, oe.flags)
@@ -443,9 +448,9 @@ class TranslationTable:
             if not entry.flags & _UNCOUNTED:
                 vlan.crc ^= tt_entry_crc(entry.addr, entry.vid, oe.flags)
             if not vlan.entries:
-                rest = tuple(v for v in self.orig_vlans[orig] if v is not vlan)
+                rest = tuple(v for v in self._vlans_of(orig) if v is not vlan)
                 if rest:
-                    self.orig_vlans[orig] = rest
+                    self.orig_vlans[orig] = rest if len(rest) > 1 else rest[0]
                 else:
                     del self.orig_vlans[orig]
         if entry.flags & F.TEMP:
@@ -690,7 +695,7 @@ class TranslationTable:
         """batadv_tt_global_update_crc: per VLAN of this originator, ROAM/TEMP excluded. The
         CRCs are kept as entries change; this takes the values that are to be compared with
         the originator's next announcements (O(VLANs), not O(entries))."""
-        orig_node.tt_crcs = {vlan.vid: vlan.crc for vlan in self.orig_vlans.get(orig_node.orig, ())}
+        orig_node.tt_crcs = {vlan.vid: vlan.crc for vlan in self._vlans_of(orig_node.orig)}
 
     def check_crc(self, orig_node, vlans: list[TtVlan]) -> bool:
         """Every announced VLAN CRC matches ours, and we know no VLAN it did not announce;

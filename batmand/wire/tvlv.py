@@ -124,14 +124,15 @@ class TtTvlv:
         rest = len(value) - off - num_vlan * _TT_VLAN.size
         if rest < 0 or rest % _TT_CHANGE.size:
             return None
-        vlans = []
-        for _ in range(num_vlan):
-            vlans.append(TtVlan(*_TT_VLAN.unpack_from(value, off)))
+        # lists of their exact size (appending over-allocates; the OGM parser keeps these)
+        vlans = [None] * num_vlan
+        for i in range(num_vlan):
+            vlans[i] = TtVlan(*_TT_VLAN.unpack_from(value, off))
             off += _TT_VLAN.size
-        changes = []
-        while off < len(value):
+        changes = [None] * (rest // _TT_CHANGE.size)
+        for i in range(len(changes)):
             cflags, reserved, addr, vid = _TT_CHANGE.unpack_from(value, off)
-            changes.append(TtChange(cflags, Mac(addr), vid, reserved))
+            changes[i] = TtChange(cflags, Mac(addr), vid, reserved)
             off += _TT_CHANGE.size
         return cls(flags, ttvn, vlans, changes)
 

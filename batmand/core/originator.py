@@ -195,7 +195,8 @@ class OriginatorTable:
                 return None
             self.counters.drop("originator_evicted")
             self.remove(self.nodes[weakest])
-        node = self.nodes[addr] = OrigNode(Mac(addr), last_seen=now)
+        addr = Mac(addr)  # one object: the table's key, the eviction order's and the node's address
+        node = self.nodes[addr] = OrigNode(addr, last_seen=now)
         self.candidates.add(addr)
         return node
 

@@ -65,16 +65,19 @@ class IvNeighIfInfo:
         """batadv_ring_buffer_set + batadv_ring_buffer_avg (zeros are not averaged)."""
         index = self.tq_index
         shift = 8 * index
-        old = self.tq_ring >> shift & 0xFF
+        ring = self.tq_ring
+        old = ring >> shift & 0xFF
+        total, nonzero = self.tq_sum, self.tq_nonzero
         if old:
-            self.tq_sum -= old
-            self.tq_nonzero -= 1
+            total -= old
+            nonzero -= 1
         if value:
-            self.tq_sum += value
-            self.tq_nonzero += 1
-        self.tq_ring = self.tq_ring & ~(0xFF << shift) | value << shift
-        self.tq_index = (index + 1) % TQ_GLOBAL_WINDOW_SIZE
-        self.tq_avg = self.tq_sum // self.tq_nonzero if self.tq_nonzero else 0
+            total += value
+            nonzero += 1
+        self.tq_ring = ring ^ (old ^ value) << shift
+        self.tq_index = index + 1 if index < TQ_GLOBAL_WINDOW_SIZE - 1 else 0
+        self.tq_sum, self.tq_nonzero = total, nonzero
+        self.tq_avg = total // nonzero if nonzero else 0
 
 
 @dataclass(eq=False, slots=True)
@@ -320,7 +323,9 @@ class BatmanIV:
         aggregating = self.mesh.config.aggregation
         if aggregating and not own:
             ttl = ogm[TTL_OFFSET]
-            for packet in self.queue:
+            # newest first, as the kernel walks its list (new aggregates go to its head):
+            # the newest one is nearly always the one that takes it
+            for packet in reversed(self.queue):
                 if self._can_aggregate(ttl, size, send_time, direct_link, if_incoming, if_outgoing, packet):
                     packet.ogms.append(ogm)
                     packet.direct_link.append(direct_link)
@@ -540,7 +545,7 @@ class BatmanIV:
         echo_count = _echo_count(orig_neigh.ifinfo.get(if_incoming))
         ninfo = neigh.ifinfo.get(outif) or neigh.ifinfo_new(outif)
         rq_count = (ninfo.algo or neigh_iv(ninfo)).real_packet_count
-        total = min(echo_count, rq_count)
+        total = echo_count if echo_count < rq_count else rq_count
         if total < BIDIRECT_SEND_MINIMUM or rq_count < BIDIRECT_RECV_MINIMUM:
             tq_own = 0
         else:
@@ -607,5 +612,6 @@ class BatmanIV:
         flags = flags | _DIRECTLINK if single_hop else flags & ~_DIRECTLINK
         fwd = patched(ogm.raw, ttl=ogm.ttl - 1, flags=flags, prev_sender=eth_src,
                       tq=hop_penalty(tq, self.mesh.config.hop_penalty))
-        send_time = now + self.mesh.rng.randrange(self.mesh.config.jitter_ms // 2) / 1000.0
+        # random() is a C call; randrange() costs a microsecond in Python code
+        send_time = now + int(self.mesh.rng.random() * (self.mesh.config.jitter_ms // 2)) / 1000.0
         self._queue_add(fwd, if_incoming, outif, own=False, send_time=send_time)

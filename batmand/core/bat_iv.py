@@ -31,6 +31,7 @@ NO_DUP, ORIG_DUP, NEIGH_DUP, PROTECTED = range(4)
 # the flags as plain ints: IntFlag arithmetic costs a Python call per OGM
 _DIRECTLINK, _NOT_BEST_NEXT_HOP = int(OgmFlags.DIRECTLINK), int(OgmFlags.NOT_BEST_NEXT_HOP)
 _WINDOW_CUBE = WINDOW_SIZE ** 3
+_WINDOW_MASK = (1 << WINDOW_SIZE) - 1
 
 
 # --- B.A.T.M.A.N. IV's own state on the shared records (the kernel's bat_iv sub-structs) -----
@@ -45,12 +46,17 @@ class IvIface:
 
 @dataclass(eq=False, slots=True)
 class IvNeighIfInfo:
-    """neigh_ifinfo->bat_iv: the window of the neighbour's OGMs received, and its TQ ring
-    (a byte per TQ in one int, with the sum and count of its non-zero values, kept as it
-    turns: there is one of these per neighbour, originator and outgoing interface)."""
+    """neigh_ifinfo->bat_iv: the window of the originator's OGMs received through this
+    neighbour, and its TQ ring (a byte per TQ in one int, with the sum and count of its
+    non-zero values, kept as it turns: there is one of these per neighbour, originator and
+    outgoing interface).
+
+    The kernel slides every neighbour's window when a newer seqno arrives. Every window
+    slides alike, so here a window is kept as it was at `window_pos` (the originator
+    table's window position then) and slid when it is next read (`_synced`)."""
 
     real_bits: int = 0
-    real_packet_count: int = 0
+    window_pos: int = 0
     tq_ring: int = 0  # TQ i in bits 8i..8i+7
     tq_index: int = 0
     tq_avg: int = 0
@@ -83,14 +89,36 @@ class IvNeighIfInfo:
 @dataclass(eq=False, slots=True)
 class IvOrigIfInfo:
     """orig_ifinfo->bat_iv: which of our last 64 OGMs on this interface the originator
-    echoed back; and for this outgoing table, the union of its neighbours' receive windows
-    (what any of them sent), valid for the neighbour set it was made from."""
+    echoed back; and for this outgoing table, how far its neighbours' receive windows have
+    slid in all (`window_pos`: +diff for a newer seqno, +64 when they start over) and the
+    union of those windows (what any neighbour sent), valid for the neighbour set it was
+    made from."""
 
     bcast_own: int = 0
     bcast_own_sum: int = 0
+    window_pos: int = 0
     union: int = 0
     union_generation: int = -1  # the originator's neighbour generation and count it is of
     union_count: int = 0
+
+
+def _synced(ninfo: IvNeighIfInfo, pos: int) -> int:
+    """The neighbour's window slid to the originator table's position `pos` (kept so)."""
+    shift = pos - ninfo.window_pos
+    if shift:  # (< 0: a record from before its table was made anew; nothing of it is current)
+        ninfo.real_bits = ninfo.real_bits << shift & _WINDOW_MASK if 0 < shift < WINDOW_SIZE else 0
+        ninfo.window_pos = pos
+    return ninfo.real_bits
+
+
+def receive_window(orig_node: OrigNode, neigh: NeighNode, outif) -> int:
+    """Which of the originator's last 64 OGMs (bit k: its last seqno - k) arrived through
+    `neigh`, for the table of `outif` (0: none known). Only reads."""
+    info, ninfo = orig_node.ifinfo.get(outif), neigh.ifinfo.get(outif)
+    if ninfo is None or ninfo.algo is None:
+        return 0
+    shift = (info.algo.window_pos if info is not None and info.algo is not None else 0) - ninfo.algo.window_pos
+    return ninfo.algo.real_bits << shift & _WINDOW_MASK if 0 <= shift < WINDOW_SIZE else 0
 
 
 def neigh_iv(info: NeighIfInfo) -> IvNeighIfInfo:
@@ -425,58 +453,61 @@ class BatmanIV:
 
     def _update_seqnos(self, now: float, if_incoming: HardInterface, eth_src: bytes, ogm: IvOgmFields,
                        orig_node: OrigNode, outif) -> int:
-        """batadv_iv_ogm_update_seqnos: duplicate status and the receive windows."""
+        """batadv_iv_ogm_update_seqnos: duplicate status and the receive windows. The kernel
+        walks every neighbour; here only the sender's window is touched (the others slide
+        when read, see IvNeighIfInfo) and the union of all windows answers whether another
+        neighbour sent this seqno already."""
         info = orig_node.ifinfo.get(outif) or orig_node.ifinfo_new(outif)
         diff = seq_diff32(ogm.seqno, info.last_real_seqno)
-        if orig_node.neighbours and not -WINDOW_SIZE < diff < EXPECTED_SEQNO_RANGE:  # a jump: a restart?
+        neighbours = orig_node.neighbours
+        if neighbours and not -WINDOW_SIZE < diff < EXPECTED_SEQNO_RANGE:  # a jump: a restart?
             drop, info.seqno_reset, _ = window_protected(diff, now, info.seqno_reset,
                                                          self.mesh.config.reset_protection_ms / 1000.0)
             if drop:
                 return PROTECTED
-        age = -diff  # how far behind the window's end this seqno is (bit index if >= 0)
-        in_window = 0 <= age < WINDOW_SIZE
-        neighbours = orig_node.neighbours
         iv_info = info.algo or orig_iv(info)
-        if (in_window and iv_info.union_generation == orig_node.neigh_generation
-                and iv_info.union_count == len(neighbours)):
-            # a copy of a seqno the window holds: only the sender's window changes, and the
-            # union says whether another neighbour sent it (O(1), not a walk of them all)
-            bit = 1 << age
-            sender = neighbours.get((eth_src, if_incoming))
+        if iv_info.union_generation != orig_node.neigh_generation or iv_info.union_count != len(neighbours):
+            self._rebuild_union(iv_info, neighbours, outif, orig_node.neigh_generation)
+        sender = neighbours.get((eth_src, if_incoming))
+        if -WINDOW_SIZE < diff <= 0:  # inside the window, which stays where it is
+            bit = 1 << -diff
             if sender is None:
                 return ORIG_DUP if iv_info.union & bit else NO_DUP
             ninfo = sender.ifinfo.get(outif) or sender.ifinfo_new(outif)
             ninfo = ninfo.algo or neigh_iv(ninfo)
-            if ninfo.real_bits & bit:
+            bits = _synced(ninfo, iv_info.window_pos)
+            if bits & bit:
                 return NEIGH_DUP
-            ninfo.real_bits |= bit
-            ninfo.real_packet_count = ninfo.real_bits.bit_count()
+            ninfo.real_bits = bits | bit
             status = ORIG_DUP if iv_info.union & bit else NO_DUP
             iv_info.union |= bit
             return status
-        status = NO_DUP
-        moved = False
+        if not neighbours:
+            return NO_DUP  # (the kernel's walk has no window to slide: the seqno stays)
+        # a newer seqno slides every window by diff; a much newer or much older one (a
+        # restart) starts every window over: nobody has sent it
+        if 0 < diff < WINDOW_SIZE:
+            iv_info.window_pos += diff
+            iv_info.union = iv_info.union << diff & _WINDOW_MASK
+        else:
+            iv_info.window_pos += WINDOW_SIZE
+            iv_info.union = 0
+        info.last_real_seqno = ogm.seqno
+        if sender is not None:
+            ninfo = sender.ifinfo.get(outif) or sender.ifinfo_new(outif)
+            ninfo = ninfo.algo or neigh_iv(ninfo)
+            ninfo.real_bits = _synced(ninfo, iv_info.window_pos) | 1
+            iv_info.union |= 1
+        return NO_DUP
+
+    @staticmethod
+    def _rebuild_union(iv_info: IvOrigIfInfo, neighbours: dict, outif, generation: int) -> None:
+        """The union of the windows, after neighbours came or went."""
         union = 0
         for neigh in neighbours.values():
             ninfo = neigh.ifinfo.get(outif) or neigh.ifinfo_new(outif)
-            ninfo = ninfo.algo or neigh_iv(ninfo)
-            is_dup = in_window and bool(ninfo.real_bits >> age & 1)
-            if neigh.addr == eth_src and neigh.if_incoming is if_incoming:
-                mark = True
-                if is_dup:
-                    status = NEIGH_DUP
-            else:
-                mark = False
-                if is_dup and status != NEIGH_DUP:
-                    status = ORIG_DUP
-            ninfo.real_bits, window_moved = bit_get_packet(ninfo.real_bits, diff, mark)
-            moved |= window_moved
-            ninfo.real_packet_count = ninfo.real_bits.bit_count()
-            union |= ninfo.real_bits
-        iv_info.union, iv_info.union_generation, iv_info.union_count = union, orig_node.neigh_generation, len(neighbours)
-        if moved:
-            info.last_real_seqno = ogm.seqno
-        return status
+            union |= _synced(ninfo.algo or neigh_iv(ninfo), iv_info.window_pos)
+        iv_info.union, iv_info.union_generation, iv_info.union_count = union, generation, len(neighbours)
 
     def _process_per_outif(self, now: float, if_incoming: HardInterface, eth_src: bytes, ogm: IvOgmFields,
                            orig_node: OrigNode, outif) -> None:
@@ -544,7 +575,9 @@ class BatmanIV:
         orig_node.last_seen = now
         echo_count = _echo_count(orig_neigh.ifinfo.get(if_incoming))
         ninfo = neigh.ifinfo.get(outif) or neigh.ifinfo_new(outif)
-        rq_count = (ninfo.algo or neigh_iv(ninfo)).real_packet_count
+        oinfo = orig_neigh.ifinfo.get(outif)
+        rq_count = _synced(ninfo.algo or neigh_iv(ninfo),
+                           oinfo.algo.window_pos if oinfo is not None and oinfo.algo is not None else 0).bit_count()
         total = echo_count if echo_count < rq_count else rq_count
         if total < BIDIRECT_SEND_MINIMUM or rq_count < BIDIRECT_RECV_MINIMUM:
             tq_own = 0

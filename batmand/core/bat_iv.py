@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from batmand.wire import BROADCAST, ETH_P_BATMAN, Ethernet, IvOgm, OgmFlags
+from batmand.wire import BROADCAST, ETH_P_BATMAN, IvOgm, OgmFlags
 from batmand.wire.constants import TTL, PacketType
 from batmand.wire.ogm_walk import FLAGS_OFFSET, TTL_OFFSET, IvOgmFields, TvlvCache, patched, walk_iv_ogms, with_flags
 
@@ -32,6 +32,7 @@ NO_DUP, ORIG_DUP, NEIGH_DUP, PROTECTED = range(4)
 _DIRECTLINK, _NOT_BEST_NEXT_HOP = int(OgmFlags.DIRECTLINK), int(OgmFlags.NOT_BEST_NEXT_HOP)
 _WINDOW_CUBE = WINDOW_SIZE ** 3
 _WINDOW_MASK = (1 << WINDOW_SIZE) - 1
+_ETH_P_BATMAN_BYTES = ETH_P_BATMAN.to_bytes(2, "big")
 
 
 # --- B.A.T.M.A.N. IV's own state on the shared records (the kernel's bat_iv sub-structs) -----
@@ -248,6 +249,9 @@ class BatmanIV:
     def orig_has_evidence(orig_node: OrigNode) -> bool:
         """It echoes our OGMs (a bidirectional link) or we have a route to it; a spoofed
         originator that never echoes has neither."""
+        default = orig_node.ifinfo.get(None)
+        if default is not None and default.router is not None:
+            return True  # (the purge asks this of every originator every second)
         return any(_echoes(info) or info.router is not None for info in orig_node.ifinfo.values())
 
     def neigh_has_evidence(self, iface: HardInterface, neigh) -> bool:
@@ -389,7 +393,7 @@ class BatmanIV:
         """batadv_iv_ogm_send_to_if: DIRECTLINK survives only on the interface the OGM came in."""
         out = packet.if_outgoing
         if packet.if_incoming.active and out.active and self.mesh.primary is not None:
-            parts = [Ethernet(BROADCAST, out.mac, ETH_P_BATMAN).encode()]
+            parts = [BROADCAST + bytes(out.mac) + _ETH_P_BATMAN_BYTES]
             here = packet.if_incoming is out
             for ogm, direct in zip(packet.ogms, packet.direct_link):
                 flags = ogm[FLAGS_OFFSET]

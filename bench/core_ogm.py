@@ -161,7 +161,7 @@ def run_cell(origs: int, neighs: int, seconds: float, warmup: float, profile: bo
         import io
         import pstats
         stream = io.StringIO()
-        pstats.Stats(profiler, stream=stream).sort_stats(os.environ.get("BENCH_SORT", "tottime")).print_stats(30)
+        pstats.Stats(profiler, stream=stream).sort_stats(os.environ.get("BENCH_SORT", "tottime")).print_stats(int(os.environ.get("BENCH_TOP", "30")))
         print(stream.getvalue(), file=sys.stderr)
     routed = sum(1 for o in mesh.originators.nodes.values() if o.router() is not None)
     held = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from batmand.wire import BROADCAST, ETH_P_BATMAN, Ethernet, IvOgm, OgmFlags
+from batmand.wire import BROADCAST, ETH_P_BATMAN, IvOgm, OgmFlags
 from batmand.wire.constants import TTL, PacketType
 from batmand.wire.ogm_walk import FLAGS_OFFSET, TTL_OFFSET, IvOgmFields, TvlvCache, patched, walk_iv_ogms, with_flags
 
@@ -31,6 +31,8 @@ NO_DUP, ORIG_DUP, NEIGH_DUP, PROTECTED = range(4)
 # the flags as plain ints: IntFlag arithmetic costs a Python call per OGM
 _DIRECTLINK, _NOT_BEST_NEXT_HOP = int(OgmFlags.DIRECTLINK), int(OgmFlags.NOT_BEST_NEXT_HOP)
 _WINDOW_CUBE = WINDOW_SIZE ** 3
+_WINDOW_MASK = (1 << WINDOW_SIZE) - 1
+_ETH_P_BATMAN_BYTES = ETH_P_BATMAN.to_bytes(2, "big")
 
 
 # --- B.A.T.M.A.N. IV's own state on the shared records (the kernel's bat_iv sub-structs) -----
@@ -52,16 +54,18 @@ _TQ_SUM_SHIFT = _TQ_INDEX_SHIFT + 3
 
 @dataclass(eq=False, slots=True)
 class IvNeighIfInfo(NeighIfInfo):
-    """neigh_ifinfo with bat_iv's fields: the window of the neighbour's OGMs received, and its
-    TQ ring with the sum and count of its non-zero values, kept as it turns. There is one
-    per neighbour, originator and outgoing interface: few slots, few int objects."""
+    """neigh_ifinfo with bat_iv's fields: the window of the originator's OGMs received
+    through this neighbour, and its TQ ring with the sum and count of its non-zero values,
+    kept as it turns. There is one per neighbour, originator and outgoing interface: few
+    slots, few int objects.
+
+    The kernel slides every neighbour's window when a newer seqno arrives. Every window
+    slides alike, so here a window is kept as it was at `window_pos` (the originator
+    table's window position then) and slid when it is next read (`_synced`)."""
 
     real_bits: int = 0
+    window_pos: int = 0
     tq_ring: int = 0  # the ring, its count, index and sum (_TQ_*_SHIFT)
-
-    @property
-    def real_packet_count(self) -> int:
-        return self.real_bits.bit_count()
 
     @property
     def tq_recv(self) -> list[int]:
@@ -79,31 +83,54 @@ class IvNeighIfInfo(NeighIfInfo):
         return (ring >> _TQ_SUM_SHIFT) // count if count else 0
 
     def push_tq(self, value: int) -> None:
-        """batadv_ring_buffer_set + batadv_ring_buffer_avg (zeros are not averaged)."""
+        """batadv_ring_buffer_set (the average is read from the sum and count)."""
         ring = self.tq_ring
         index = ring >> _TQ_INDEX_SHIFT & 7
         shift = 8 * index
         old = ring >> shift & 0xFF
         delta = value - old
         # each field changes by its difference (none borrows from or carries into the next)
-        ring += ((delta << shift) + (delta << _TQ_SUM_SHIFT) + (((value > 0) - (old > 0)) << _TQ_COUNT_SHIFT)
-                 + ((1 if index < TQ_GLOBAL_WINDOW_SIZE - 1 else 1 - TQ_GLOBAL_WINDOW_SIZE) << _TQ_INDEX_SHIFT))
-        self.tq_ring = ring
+        self.tq_ring = ring + ((delta << shift) + (delta << _TQ_SUM_SHIFT)
+                               + (((value > 0) - (old > 0)) << _TQ_COUNT_SHIFT)
+                               + ((1 if index < TQ_GLOBAL_WINDOW_SIZE - 1 else 1 - TQ_GLOBAL_WINDOW_SIZE)
+                                  << _TQ_INDEX_SHIFT))
 
 
 @dataclass(eq=False, slots=True)
 class IvOrigIfInfo(OrigIfInfo):
     """orig_ifinfo with bat_iv's fields: which of our last 64 OGMs on this interface the
-    originator echoed back; and for this outgoing table, the union of its neighbours'
-    receive windows (what any of them sent), valid for the neighbour set it was made from."""
+    originator echoed back; and for this outgoing table, how far its neighbours' receive
+    windows have slid in all (`window_pos`: +diff for a newer seqno, +64 when they start
+    over) and the union of those windows (what any neighbour sent), valid for the
+    neighbour set it was made from."""
 
     bcast_own: int = 0
+    window_pos: int = 0
     union: int = 0
     union_generation: int = -1  # the originator's neighbour generation it is of
 
     @property
     def bcast_own_sum(self) -> int:
         return self.bcast_own.bit_count()
+
+
+def _synced(ninfo: IvNeighIfInfo, pos: int) -> int:
+    """The neighbour's window slid to the originator table's position `pos` (kept so)."""
+    shift = pos - ninfo.window_pos
+    if shift:  # (< 0: a record from before its table was made anew; nothing of it is current)
+        ninfo.real_bits = ninfo.real_bits << shift & _WINDOW_MASK if 0 < shift < WINDOW_SIZE else 0
+        ninfo.window_pos = pos
+    return ninfo.real_bits
+
+
+def receive_window(orig_node: OrigNode, neigh: NeighNode, outif) -> int:
+    """Which of the originator's last 64 OGMs (bit k: its last seqno - k) arrived through
+    `neigh`, for the table of `outif` (0: none known). Only reads."""
+    info, ninfo = orig_node.ifinfo_get(outif), neigh.ifinfo_get(outif)
+    if ninfo is None:
+        return 0
+    shift = (info.window_pos if info is not None else 0) - ninfo.window_pos
+    return ninfo.real_bits << shift & _WINDOW_MASK if 0 <= shift < WINDOW_SIZE else 0
 
 
 def _tq(info: IvNeighIfInfo | None) -> int:
@@ -232,6 +259,9 @@ class BatmanIV:
     def orig_has_evidence(orig_node: OrigNode) -> bool:
         """It echoes our OGMs (a bidirectional link) or we have a route to it; a spoofed
         originator that never echoes has neither."""
+        default = orig_node.if_default
+        if default is not None and default.router is not None:
+            return True  # (the purge asks this of every originator every second)
         return any(info.bcast_own or info.router is not None for info in orig_node.ifinfo_values())
 
     def neigh_has_evidence(self, iface: HardInterface, neigh) -> bool:
@@ -333,7 +363,9 @@ class BatmanIV:
         aggregating = self.mesh.config.aggregation
         if aggregating and not own:
             ttl = ogm[TTL_OFFSET]
-            for packet in self.queue:
+            # newest first, as the kernel walks its list (new aggregates go to its head):
+            # the newest one is nearly always the one that takes it
+            for packet in reversed(self.queue):
                 if self._can_aggregate(ttl, size, send_time, direct_link, if_incoming, if_outgoing, packet):
                     packet.ogms.append(ogm)
                     packet.direct_link.append(direct_link)
@@ -369,7 +401,7 @@ class BatmanIV:
         """batadv_iv_ogm_send_to_if: DIRECTLINK survives only on the interface the OGM came in."""
         out = packet.if_outgoing
         if packet.if_incoming.active and out.active and self.mesh.primary is not None:
-            parts = [Ethernet(BROADCAST, out.mac, ETH_P_BATMAN).encode()]
+            parts = [BROADCAST + bytes(out.mac) + _ETH_P_BATMAN_BYTES]
             here = packet.if_incoming is out
             for ogm, direct in zip(packet.ogms, packet.direct_link):
                 flags = ogm[FLAGS_OFFSET]
@@ -431,53 +463,59 @@ class BatmanIV:
 
     def _update_seqnos(self, now: float, if_incoming: HardInterface, eth_src: bytes, ogm: IvOgmFields,
                        orig_node: OrigNode, outif) -> int:
-        """batadv_iv_ogm_update_seqnos: duplicate status and the receive windows."""
+        """batadv_iv_ogm_update_seqnos: duplicate status and the receive windows. The kernel
+        walks every neighbour; here only the sender's window is touched (the others slide
+        when read, see IvNeighIfInfo) and the union of all windows answers whether another
+        neighbour sent this seqno already."""
         info = orig_node.ifinfo_get(outif) or orig_node.ifinfo_new(outif, IvOrigIfInfo)
         diff = seq_diff32(ogm.seqno, info.last_real_seqno)
-        if orig_node.neighbours and not -WINDOW_SIZE < diff < EXPECTED_SEQNO_RANGE:  # a jump: a restart?
+        neighbours = orig_node.neighbours
+        if neighbours and not -WINDOW_SIZE < diff < EXPECTED_SEQNO_RANGE:  # a jump: a restart?
             drop, info.seqno_reset, _ = window_protected(diff, now, info.seqno_reset,
                                                          self.mesh.config.reset_protection_ms / 1000.0)
             if drop:
                 return PROTECTED
-        age = -diff  # how far behind the window's end this seqno is (bit index if >= 0)
-        in_window = 0 <= age < WINDOW_SIZE
-        neighbours = orig_node.neighbours
         iv_info = info
-        if in_window and iv_info.union_generation == orig_node.neigh_generation:
-            # a copy of a seqno the window holds: only the sender's window changes, and the
-            # union says whether another neighbour sent it (O(1), not a walk of them all)
-            bit = 1 << age
-            sender = neighbours.get((eth_src, if_incoming))
+        if iv_info.union_generation != orig_node.neigh_generation:
+            self._rebuild_union(iv_info, neighbours, outif, orig_node.neigh_generation)
+        sender = neighbours.get((eth_src, if_incoming))
+        if -WINDOW_SIZE < diff <= 0:  # inside the window, which stays where it is
+            bit = 1 << -diff
             if sender is None:
                 return ORIG_DUP if iv_info.union & bit else NO_DUP
             ninfo = sender.ifinfo_get(outif) or sender.ifinfo_new(outif, IvNeighIfInfo)
-            if ninfo.real_bits & bit:
+            bits = _synced(ninfo, iv_info.window_pos)
+            if bits & bit:
                 return NEIGH_DUP
-            ninfo.real_bits |= bit
+            ninfo.real_bits = bits | bit
             status = ORIG_DUP if iv_info.union & bit else NO_DUP
             iv_info.union |= bit
             return status
-        status = NO_DUP
-        moved = False
+        if not neighbours:
+            return NO_DUP  # (the kernel's walk has no window to slide: the seqno stays)
+        # a newer seqno slides every window by diff; a much newer or much older one (a
+        # restart) starts every window over: nobody has sent it
+        if 0 < diff < WINDOW_SIZE:
+            iv_info.window_pos += diff
+            iv_info.union = iv_info.union << diff & _WINDOW_MASK
+        else:
+            iv_info.window_pos += WINDOW_SIZE
+            iv_info.union = 0
+        info.last_real_seqno = ogm.seqno
+        if sender is not None:
+            ninfo = sender.ifinfo_get(outif) or sender.ifinfo_new(outif, IvNeighIfInfo)
+            ninfo.real_bits = _synced(ninfo, iv_info.window_pos) | 1
+            iv_info.union |= 1
+        return NO_DUP
+
+    @staticmethod
+    def _rebuild_union(iv_info: IvOrigIfInfo, neighbours: dict, outif, generation: int) -> None:
+        """The union of the windows, after neighbours came or went."""
         union = 0
         for neigh in neighbours.values():
             ninfo = neigh.ifinfo_get(outif) or neigh.ifinfo_new(outif, IvNeighIfInfo)
-            is_dup = in_window and bool(ninfo.real_bits >> age & 1)
-            if neigh.addr == eth_src and neigh.if_incoming is if_incoming:
-                mark = True
-                if is_dup:
-                    status = NEIGH_DUP
-            else:
-                mark = False
-                if is_dup and status != NEIGH_DUP:
-                    status = ORIG_DUP
-            ninfo.real_bits, window_moved = bit_get_packet(ninfo.real_bits, diff, mark)
-            moved |= window_moved
-            union |= ninfo.real_bits
-        iv_info.union, iv_info.union_generation = union, orig_node.neigh_generation
-        if moved:
-            info.last_real_seqno = ogm.seqno
-        return status
+            union |= _synced(ninfo, iv_info.window_pos)
+        iv_info.union, iv_info.union_generation = union, generation
 
     def _process_per_outif(self, now: float, if_incoming: HardInterface, eth_src: bytes, ogm: IvOgmFields,
                            orig_node: OrigNode, outif) -> None:
@@ -545,8 +583,9 @@ class BatmanIV:
         orig_node.last_seen = now
         echo_count = _echo_count(orig_neigh.ifinfo_get(if_incoming))
         ninfo = neigh.ifinfo_get(outif) or neigh.ifinfo_new(outif, IvNeighIfInfo)
-        rq_count = ninfo.real_bits.bit_count()
-        total = min(echo_count, rq_count)
+        oinfo = orig_neigh.ifinfo_get(outif)
+        rq_count = _synced(ninfo, oinfo.window_pos if oinfo is not None else 0).bit_count()
+        total = echo_count if echo_count < rq_count else rq_count
         if total < BIDIRECT_SEND_MINIMUM or rq_count < BIDIRECT_RECV_MINIMUM:
             tq_own = 0
         else:
@@ -612,5 +651,6 @@ class BatmanIV:
         flags = flags | _DIRECTLINK if single_hop else flags & ~_DIRECTLINK
         fwd = patched(ogm.raw, ttl=ogm.ttl - 1, flags=flags, prev_sender=eth_src,
                       tq=hop_penalty(tq, self.mesh.config.hop_penalty))
-        send_time = now + self.mesh.rng.randrange(self.mesh.config.jitter_ms // 2) / 1000.0
+        # random() is a C call; randrange() costs a microsecond in Python code
+        send_time = now + int(self.mesh.rng.random() * (self.mesh.config.jitter_ms // 2)) / 1000.0
         self._queue_add(fwd, if_incoming, outif, own=False, send_time=send_time)

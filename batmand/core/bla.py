@@ -24,7 +24,7 @@ from batmand.wire import Bcast, InnerFrame, Mac, Mcast, Unicast4Addr
 from . import bla_frames as frames
 from .bla_frames import ANNOUNCE, ANNOUNCE_PREFIX, BROADCAST, CLAIM, LOOPDETECT, REQUEST, UNCLAIM, crc16
 from .events import Deliver, Uevent
-from .forwarding import SlowPath
+from .forwarding import NO_SLOW_PATH, SlowPath
 from .hooks import BLA, BLA_MESH, BLA_RX
 from .routing import inner_vid
 
@@ -473,7 +473,7 @@ class Bla:
         whose last hop is another gateway of our LAN (dropped); frames from our own claims
         are delivered fast and reported seen, which keeps the claims fresh."""
         if not self.enabled:
-            return SlowPath()
+            return NO_SLOW_PATH
         primary = self.primary
         if self._published_claims is None:
             self._published_claims = frozenset(k for k, c in self.claims.items() if c.backbone.orig == primary)

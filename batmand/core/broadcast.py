@@ -57,9 +57,13 @@ class Broadcast:
                 self.pending.append((now + BCAST_RESEND_DELAY * (i + 1), iface.name, frame))
 
     def next_deadline(self) -> float:
+        if not (self.pending or self.delayed):
+            return float("inf")  # (asked after every batch of frames)
         return min((t for t, _, _ in self.pending + self.delayed), default=float("inf"))
 
     def tick(self, now: float) -> None:
+        if not (self.pending or self.delayed):
+            return
         held = [d for d in self.delayed if d[0] <= now]
         self.delayed = [d for d in self.delayed if d[0] > now]
         for _, packet, keep in held:

@@ -25,7 +25,7 @@ from batmand.wire.ethernet import Ethernet
 
 from .dat_hash import hash_dat, select_candidates
 from .events import Deliver
-from .forwarding import FROM_HOST, TO_HOST, SlowPath, SlowRule
+from .forwarding import FROM_HOST, NO_SLOW_PATH, TO_HOST, SlowPath, SlowRule
 from .hooks import DAT, DAT_DHCP
 
 ARP_REQ_DELAY = 0.25  # the host's ARP request waits this long for a DHT answer
@@ -164,7 +164,7 @@ class Dat:
     def _slow_path(self) -> SlowPath:
         """While DAT is on, the core must see the host's ARP and DHCP replies both ways (the
         data plane would move unicast ones past the snooping)."""
-        return _DAT_SLOW_PATH if self.enabled else SlowPath()
+        return _DAT_SLOW_PATH if self.enabled else NO_SLOW_PATH
 
     # --- the local cache ---------------------------------------------------------------------
 

@@ -65,6 +65,9 @@ class SlowPath:
         return any(r.direction == direction and r.ip_proto is not None for r in self.rules)
 
 
+NO_SLOW_PATH = SlowPath()  # what a feature that needs nothing contributes (the same object every time)
+
+
 class ForwardingTable:
     def __init__(self) -> None:
         self.origs: dict[Mac, OrigRoute] = {}

@@ -66,14 +66,15 @@ class Routes:
         neigh_timeout = mesh.config.purge_timeout
         originators = mesh.originators
         mesh.reassembly.purge(now)
+        orig_cutoff, neigh_cutoff = now - 2 * neigh_timeout, now - neigh_timeout
         for orig_node in list(originators.nodes.values()):
-            if now - orig_node.last_seen > 2 * neigh_timeout:
+            if orig_node.last_seen < orig_cutoff:
                 originators.remove(orig_node)
                 continue
             stale = [k for k, n in orig_node.neighbours.items()
-                     if now - n.last_seen > neigh_timeout or not n.if_incoming.active]
-            orig_node.drop_neighbours(stale)
+                     if n.last_seen < neigh_cutoff or not n.if_incoming.active]
             if stale:
+                orig_node.drop_neighbours(stale)
                 self.reselect(orig_node)
             originators.review(orig_node)
         originators.candidates.prune(originators.nodes)

@@ -32,6 +32,7 @@ from collections import deque
 
 import pytest
 
+from batmand.core.bat_iv import receive_window
 from batmand.core.config import MeshConfig
 from batmand.sim.network import Network
 from batmand.wire import IvOgm, OgmFlags, decode_frame
@@ -119,7 +120,7 @@ def link_counts(net: Network, a: str, b: str) -> tuple[int, int]:
     r = router(net, a, b)
     orig_neigh = r.orig_node  # the originator entry of the next-hop MAC itself
     link = orig_neigh.neighbours[(orig_neigh.orig, r.if_incoming)]
-    return link.ifinfo_get(None).real_packet_count, orig_neigh.ifinfo_get(r.if_incoming).bcast_own_sum
+    return receive_window(orig_neigh, link, None).bit_count(), orig_neigh.ifinfo_get(r.if_incoming).bcast_own_sum
 
 
 def originators(net: Network, a: str) -> set:
@@ -362,7 +363,7 @@ def record_pushes(net: Network, at: str, neighbour: str, log: list) -> object:
     r = router(net, at, neighbour)
     info = r.ifinfo_get(None)  # IV's TQ ring of the route
     echo_info = r.orig_node.ifinfo_get(r.if_incoming)
-    link = r.orig_node.neighbours[(r.orig_node.orig, r.if_incoming)].ifinfo_get(None)
+    link_neigh = r.orig_node.neighbours[(r.orig_node.orig, r.if_incoming)]
     neigh_orig = r.orig_node
     iface = r.if_incoming
 
@@ -370,7 +371,7 @@ def record_pushes(net: Network, at: str, neighbour: str, log: list) -> object:
         __slots__ = ()
 
         def push_tq(self, value: int) -> None:
-            log.append((value, echo_info.bcast_own_sum, link.real_packet_count,
+            log.append((value, echo_info.bcast_own_sum, receive_window(neigh_orig, link_neigh, None).bit_count(),
                         neigh_orig.ifinfo_get(None).last_real_seqno,
                         (iface.algo.ogm_seqno - 2) & 0xFFFFFFFF, bool(echo_info.bcast_own & 1)))
             super().push_tq(value)

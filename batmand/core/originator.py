@@ -128,7 +128,9 @@ class OrigNode(PerOutif):
     # translation table state of this originator
     last_ttvn: int = 0
     has_tt: bool = False  # BATADV_ORIG_CAPA_HAS_TT initialised
-    crcs_flat: tuple = ()  # tt_crcs as vid, crc, vid, crc, ... (a dict per originator is 224 bytes)
+    # tt_crcs as vid, crc, vid, crc, ..., or only the CRC when the untagged VLAN is the only
+    # one, as for most originators (a dict per originator would be 224 bytes, this tuple 56)
+    crcs_flat: tuple | int = ()
     tt_buff: list | None = None  # last changes received (to answer diff requests)
     # broadcast duplicate window
     last_bcast_seqno: int = 0
@@ -149,11 +151,16 @@ class OrigNode(PerOutif):
     def tt_crcs(self) -> dict:
         """vid -> crc, recomputed from our global table (what its announcements must match)."""
         flat = self.crcs_flat
+        if type(flat) is int:
+            return {0: flat}
         return dict(zip(flat[::2], flat[1::2]))
 
     @tt_crcs.setter
     def tt_crcs(self, crcs: dict) -> None:
-        self.crcs_flat = tuple(x for item in crcs.items() for x in item)
+        if len(crcs) == 1 and 0 in crcs:
+            self.crcs_flat = crcs[0]
+        else:
+            self.crcs_flat = tuple(x for item in crcs.items() for x in item)
 
     def router(self, outif=None) -> NeighNode | None:
         info = self.if_default if outif is None else self.ifinfo_get(outif)

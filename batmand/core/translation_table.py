@@ -145,17 +145,27 @@ class GlobalEntry:
     whoever changes ROAM or TEMP, the table hears of it (`_flags_changed`), so its
     per-originator CRCs and the temporary-entry budget stay current."""
 
-    __slots__ = ("addr", "vid", "key", "_flags", "added_at", "roam_at", "origs", "table")
+    __slots__ = ("key", "_flags", "added_at", "roam_at", "origs", "table")
 
     def __init__(self, addr: Mac, vid: int, flags: int, added_at: float, roam_at: float = 0.0) -> None:
-        self.addr, self.vid, self._flags = addr, vid, flags
-        self.key = (addr, vid)  # the one tuple the table's dicts and sets share for this client
+        self._flags = flags
+        # the one tuple the table's dicts and sets share for this client (and addr and vid
+        # read from it: two slots fewer per client)
+        self.key = (addr, vid)
         self.added_at, self.roam_at = added_at, roam_at
         self.origs = Announcers()
         self.table: TranslationTable | None = None  # set while the entry is in the global table
 
     def __repr__(self) -> str:
         return f"GlobalEntry({self.addr}, vid={self.vid}, flags={self._flags:#x}, origs={list(self.origs)})"
+
+    @property
+    def addr(self) -> Mac:
+        return self.key[0]
+
+    @property
+    def vid(self) -> int:
+        return self.key[1]
 
     @property
     def flags(self) -> int:

@@ -89,3 +89,16 @@ def test_the_packed_tq_ring_is_the_kernels_ring_buffer():
         assert info.tq_recv == ring and info.tq_index == index
         assert info.tq_avg == (sum(nonzero) // len(nonzero) if nonzero else 0)
         assert info.tq_ring < 1 << 60  # two digits of a Python int: one 32-byte object
+
+
+def test_tt_crcs_kept_compact_read_as_a_dict():
+    node = OrigNode(Mac("02:00:00:00:00:09"), 0.0)
+    assert node.tt_crcs == {}
+    node.tt_crcs = {0: 0xDEADBEEF}
+    assert node.crcs_flat == 0xDEADBEEF and node.tt_crcs == {0: 0xDEADBEEF}  # the untagged VLAN alone
+    node.tt_crcs = {0: 1, 5: 2}
+    assert node.crcs_flat == (0, 1, 5, 2) and node.tt_crcs == {0: 1, 5: 2}
+    node.tt_crcs = {7: 3}
+    assert node.tt_crcs == {7: 3}
+    node.tt_crcs = {}
+    assert node.tt_crcs == {}

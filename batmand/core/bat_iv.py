@@ -133,6 +133,11 @@ def receive_window(orig_node: OrigNode, neigh: NeighNode, outif) -> int:
     return ninfo.real_bits << shift & _WINDOW_MASK if 0 <= shift < WINDOW_SIZE else 0
 
 
+# The hot path reads a record as (x.if_default if outif is None else x.if_info if outif is
+# x.if_key else x.ifinfo_get(outif)): PerOutif.ifinfo_get inlined for the default table and
+# the one interface, as it is asked some twenty times per OGM.
+
+
 def _tq(info: IvNeighIfInfo | None) -> int:
     """tq_avg, 0 without a record (inline: it is asked per OGM)."""
     if info is None:
@@ -467,7 +472,8 @@ class BatmanIV:
         walks every neighbour; here only the sender's window is touched (the others slide
         when read, see IvNeighIfInfo) and the union of all windows answers whether another
         neighbour sent this seqno already."""
-        info = orig_node.ifinfo_get(outif) or orig_node.ifinfo_new(outif, IvOrigIfInfo)
+        info = (orig_node.if_default if outif is None else orig_node.if_info if outif is orig_node.if_key
+                else orig_node.ifinfo_get(outif)) or orig_node.ifinfo_new(outif, IvOrigIfInfo)
         diff = seq_diff32(ogm.seqno, info.last_real_seqno)
         neighbours = orig_node.neighbours
         if neighbours and not -WINDOW_SIZE < diff < EXPECTED_SEQNO_RANGE:  # a jump: a restart?
@@ -483,7 +489,8 @@ class BatmanIV:
             bit = 1 << -diff
             if sender is None:
                 return ORIG_DUP if iv_info.union & bit else NO_DUP
-            ninfo = sender.ifinfo_get(outif) or sender.ifinfo_new(outif, IvNeighIfInfo)
+            ninfo = (sender.if_default if outif is None else sender.if_info if outif is sender.if_key
+                     else sender.ifinfo_get(outif)) or sender.ifinfo_new(outif, IvNeighIfInfo)
             bits = _synced(ninfo, iv_info.window_pos)
             if bits & bit:
                 return NEIGH_DUP
@@ -503,7 +510,8 @@ class BatmanIV:
             iv_info.union = 0
         info.last_real_seqno = ogm.seqno
         if sender is not None:
-            ninfo = sender.ifinfo_get(outif) or sender.ifinfo_new(outif, IvNeighIfInfo)
+            ninfo = (sender.if_default if outif is None else sender.if_info if outif is sender.if_key
+                     else sender.ifinfo_get(outif)) or sender.ifinfo_new(outif, IvNeighIfInfo)
             ninfo.real_bits = _synced(ninfo, iv_info.window_pos) | 1
             iv_info.union |= 1
         return NO_DUP
@@ -513,7 +521,8 @@ class BatmanIV:
         """The union of the windows, after neighbours came or went."""
         union = 0
         for neigh in neighbours.values():
-            ninfo = neigh.ifinfo_get(outif) or neigh.ifinfo_new(outif, IvNeighIfInfo)
+            ninfo = (neigh.if_default if outif is None else neigh.if_info if outif is neigh.if_key
+                     else neigh.ifinfo_get(outif)) or neigh.ifinfo_new(outif, IvNeighIfInfo)
             union |= _synced(ninfo, iv_info.window_pos)
         iv_info.union, iv_info.union_generation = union, generation
 
@@ -533,11 +542,13 @@ class BatmanIV:
             neigh = if_incoming.neighbours.get(eth_src)
             if neigh is not None:
                 neigh.last_seen = now
-        info = orig_node.ifinfo_get(outif)  # _update_seqnos made it
+        info = (orig_node.if_default if outif is None else orig_node.if_info if outif is orig_node.if_key
+                else orig_node.ifinfo_get(outif))  # _update_seqnos made it
         router = info.router
         from_best = False
         if router is not None:
-            rinfo = router.ifinfo_get(outif)
+            rinfo = (router.if_default if outif is None else router.if_info if outif is router.if_key
+                     else router.ifinfo_get(outif))
             from_best = rinfo is not None and _tq(rinfo) != 0 and router.addr == eth_src
             router_router = router.orig_node.router(outif)
             if (router_router is not None and router.addr == ogm.prev_sender and ogm.orig != ogm.prev_sender
@@ -581,9 +592,12 @@ class BatmanIV:
         if orig_node is orig_neigh:
             neigh.last_seen = now
         orig_node.last_seen = now
-        echo_count = _echo_count(orig_neigh.ifinfo_get(if_incoming))
-        ninfo = neigh.ifinfo_get(outif) or neigh.ifinfo_new(outif, IvNeighIfInfo)
-        oinfo = orig_neigh.ifinfo_get(outif)
+        echo_count = _echo_count(orig_neigh.if_info if if_incoming is orig_neigh.if_key
+                                 else orig_neigh.ifinfo_get(if_incoming))
+        ninfo = (neigh.if_default if outif is None else neigh.if_info if outif is neigh.if_key
+                 else neigh.ifinfo_get(outif)) or neigh.ifinfo_new(outif, IvNeighIfInfo)
+        oinfo = (orig_neigh.if_default if outif is None else orig_neigh.if_info if outif is orig_neigh.if_key
+                 else orig_neigh.ifinfo_get(outif))
         rq_count = _synced(ninfo, oinfo.window_pos if oinfo is not None else 0).bit_count()
         total = echo_count if echo_count < rq_count else rq_count
         if total < BIDIRECT_SEND_MINIMUM or rq_count < BIDIRECT_RECV_MINIMUM:
@@ -605,7 +619,8 @@ class BatmanIV:
         if dup == NO_DUP:  # a new seqno: the neighbours that did not send it score a zero
             for candidate in orig_node.neighbours.values():
                 if candidate is not neigh:
-                    cinfo = candidate.ifinfo_get(outif)
+                    cinfo = (candidate.if_default if outif is None else candidate.if_info if outif is candidate.if_key
+                             else candidate.ifinfo_get(outif))
                     if cinfo is not None:
                         cinfo.push_tq(0)
         if neigh is None:
@@ -615,7 +630,8 @@ class BatmanIV:
             neigh = mesh.originators.neigh_get_or_create(orig_node, if_incoming, eth_src, orig_tmp, now)
             if neigh is None:
                 return
-        ninfo = neigh.ifinfo_get(outif) or neigh.ifinfo_new(outif, IvNeighIfInfo)
+        ninfo = (neigh.if_default if outif is None else neigh.if_info if outif is neigh.if_key
+                 else neigh.ifinfo_get(outif)) or neigh.ifinfo_new(outif, IvNeighIfInfo)
         neigh.last_seen = now
         ninfo.push_tq(tq)
         if dup == NO_DUP:
@@ -624,7 +640,8 @@ class BatmanIV:
         if router is neigh:
             return
         if router is not None:
-            rinfo = router.ifinfo_get(outif)
+            rinfo = (router.if_default if outif is None else router.if_info if outif is router.if_key
+                     else router.ifinfo_get(outif))
             if rinfo is None or _tq(rinfo) > _tq(ninfo):
                 return
             if _tq(rinfo) == _tq(ninfo):
@@ -636,7 +653,8 @@ class BatmanIV:
 
     @staticmethod
     def _bcast_own_sum(neigh: NeighNode) -> int:
-        return _echo_count(neigh.orig_node.ifinfo_get(neigh.if_incoming))
+        orig_neigh, iface = neigh.orig_node, neigh.if_incoming
+        return _echo_count(orig_neigh.if_info if iface is orig_neigh.if_key else orig_neigh.ifinfo_get(iface))
 
     def _forward(self, now: float, eth_src: bytes, ogm: IvOgmFields, tq: int, single_hop: bool,
                  from_best: bool, if_incoming: HardInterface, outif: HardInterface) -> None:

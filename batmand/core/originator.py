@@ -163,7 +163,7 @@ class OrigNode(PerOutif):
             self.crcs_flat = tuple(x for item in crcs.items() for x in item)
 
     def router(self, outif=None) -> NeighNode | None:
-        info = self.if_default if outif is None else self.ifinfo_get(outif)
+        info = self.if_default if outif is None else self.if_info if outif is self.if_key else self.ifinfo_get(outif)
         return info.router if info else None
 
 

@@ -129,7 +129,7 @@ class OrigNode(PerOutif):
     last_ttvn: int = 0
     has_tt: bool = False  # BATADV_ORIG_CAPA_HAS_TT initialised
     # tt_crcs as vid, crc, vid, crc, ..., or only the CRC when the untagged VLAN is the only
-    # one, as for most originators (a dict per originator would be 224 bytes, this tuple 56)
+    # one, as for most originators (a dict per originator would be 224 bytes)
     crcs_flat: tuple | int = ()
     tt_buff: list | None = None  # last changes received (to answer diff requests)
     # broadcast duplicate window

@@ -533,19 +533,22 @@ class BatmanIV:
         router = info.router
         from_best = False
         if router is not None:
-            rinfo = router.ifinfo.get(outif)
-            from_best = rinfo is not None and _tq(rinfo) != 0 and router.addr == eth_src
-            router_router = router.orig_node.router(outif)
-            if (router_router is not None and router.addr == ogm.prev_sender and ogm.orig != ogm.prev_sender
-                    and router.addr == router_router.addr):
-                return  # avoid temporary routing loops
+            if router.addr == eth_src:
+                rinfo = router.ifinfo.get(outif)
+                from_best = rinfo is not None and _tq(rinfo) != 0
+            if router.addr == ogm.prev_sender and ogm.orig != ogm.prev_sender:
+                router_router = router.orig_node.router(outif)
+                if router_router is not None and router.addr == router_router.addr:
+                    return  # avoid temporary routing loops
         if outif is None and ogm.tvlvs:  # batadv_tvlv_ogm_receive: an OGM without TVLVs runs no handler
             mesh.ogm_tvlvs_received(now, orig_node, ogm.tvlvs, ogm.seqno)
         orig_neigh = orig_node if single_hop else mesh.originators.get_or_create(eth_src, now)
         if orig_neigh is None:
             return
-        if not single_hop and orig_neigh.router(outif) is None:
-            return  # OGM via unknown neighbour
+        if not single_hop:
+            neigh_info = orig_neigh.ifinfo.get(outif)
+            if neigh_info is None or neigh_info.router is None:
+                return  # OGM via unknown neighbour
         tq = self._calc_tq(now, orig_node, orig_neigh, ogm, if_incoming, outif)
         bidirect = tq >= TOTAL_BIDIRECT_LIMIT
         same_seq = info.last_real_seqno == ogm.seqno
@@ -577,7 +580,8 @@ class BatmanIV:
         if orig_node is orig_neigh:
             neigh.last_seen = now
         orig_node.last_seen = now
-        echo_count = _echo_count(orig_neigh.ifinfo.get(if_incoming))
+        echo_info = orig_neigh.ifinfo.get(if_incoming)
+        echo_count = echo_info.algo.bcast_own_sum if echo_info is not None and echo_info.algo is not None else 0
         ninfo = neigh.ifinfo.get(outif) or neigh.ifinfo_new(outif)
         oinfo = orig_neigh.ifinfo.get(outif)
         rq_count = _synced(ninfo.algo or neigh_iv(ninfo),

@@ -547,20 +547,24 @@ class BatmanIV:
         router = info.router
         from_best = False
         if router is not None:
-            rinfo = (router.if_default if outif is None else router.if_info if outif is router.if_key
-                     else router.ifinfo_get(outif))
-            from_best = rinfo is not None and _tq(rinfo) != 0 and router.addr == eth_src
-            router_router = router.orig_node.router(outif)
-            if (router_router is not None and router.addr == ogm.prev_sender and ogm.orig != ogm.prev_sender
-                    and router.addr == router_router.addr):
-                return  # avoid temporary routing loops
+            if router.addr == eth_src:
+                rinfo = (router.if_default if outif is None else router.if_info if outif is router.if_key
+                         else router.ifinfo_get(outif))
+                from_best = rinfo is not None and _tq(rinfo) != 0
+            if router.addr == ogm.prev_sender and ogm.orig != ogm.prev_sender:
+                router_router = router.orig_node.router(outif)
+                if router_router is not None and router.addr == router_router.addr:
+                    return  # avoid temporary routing loops
         if outif is None and ogm.tvlvs:  # batadv_tvlv_ogm_receive: an OGM without TVLVs runs no handler
             mesh.ogm_tvlvs_received(now, orig_node, ogm.tvlvs, ogm.seqno)
         orig_neigh = orig_node if single_hop else mesh.originators.get_or_create(eth_src, now)
         if orig_neigh is None:
             return
-        if not single_hop and orig_neigh.router(outif) is None:
-            return  # OGM via unknown neighbour
+        if not single_hop:
+            neigh_info = (orig_neigh.if_default if outif is None else orig_neigh.if_info if outif is orig_neigh.if_key
+                          else orig_neigh.ifinfo_get(outif))
+            if neigh_info is None or neigh_info.router is None:
+                return  # OGM via unknown neighbour
         tq = self._calc_tq(now, orig_node, orig_neigh, ogm, if_incoming, outif)
         bidirect = tq >= TOTAL_BIDIRECT_LIMIT
         same_seq = info.last_real_seqno == ogm.seqno
@@ -592,8 +596,9 @@ class BatmanIV:
         if orig_node is orig_neigh:
             neigh.last_seen = now
         orig_node.last_seen = now
-        echo_count = _echo_count(orig_neigh.if_info if if_incoming is orig_neigh.if_key
-                                 else orig_neigh.ifinfo_get(if_incoming))
+        echo_info = (orig_neigh.if_info if if_incoming is orig_neigh.if_key
+                     else orig_neigh.ifinfo_get(if_incoming))
+        echo_count = echo_info.bcast_own.bit_count() if echo_info is not None else 0
         ninfo = (neigh.if_default if outif is None else neigh.if_info if outif is neigh.if_key
                  else neigh.ifinfo_get(outif)) or neigh.ifinfo_new(outif, IvNeighIfInfo)
         oinfo = (orig_neigh.if_default if outif is None else orig_neigh.if_info if outif is orig_neigh.if_key

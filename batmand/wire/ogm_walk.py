@@ -80,7 +80,7 @@ def walk_iv_ogms(data, cache: TvlvCache) -> list[IvOgmFields]:
     if end - off < 2 or data[off] != PacketType.IV_OGM or data[off + 1] != COMPAT_VERSION:
         return _refused(data)
     elements = []
-    unpack, get = _FIELDS.unpack_from, cache.get
+    unpack, get, new = _FIELDS.unpack_from, cache.get, tuple.__new__  # (IvOgmFields(...) runs Python code)
     while True:
         if end - off < OGM_HLEN:
             return _refused(data)  # only the first element gets here short
@@ -90,7 +90,7 @@ def walk_iv_ogms(data, cache: TvlvCache) -> list[IvOgmFields]:
         if stop > end:
             return _refused(data)
         tvlvs = get(bytes(data[start:stop])) if tvlv_len else ()
-        elements.append(IvOgmFields(ttl, flags, seqno, orig, prev, tq, tvlvs, bytes(data[off:stop])))
+        elements.append(new(IvOgmFields, (ttl, flags, seqno, orig, prev, tq, tvlvs, bytes(data[off:stop]))))
         off = stop
         # the next element: same packet type, header and TVLVs inside the frame, even length
         if off >= end or data[off] != PacketType.IV_OGM or end - off < OGM_HLEN:

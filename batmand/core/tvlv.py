@@ -71,7 +71,7 @@ class TvlvRegistry:
                 return
         calls = self._ogm_calls(tvlvs)
         if seqno is not None:
-            orig_node.tvlvs_seen = (seqno, tvlvs, [(h, t) for h, t, each_copy in calls if each_copy])
+            orig_node.tvlvs_seen = (seqno, tvlvs, tuple((h, t) for h, t, each_copy in calls if each_copy))
         for handle, tvlv, _ in calls:
             handle(now, orig_node, tvlv)
 

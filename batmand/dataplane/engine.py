@@ -25,8 +25,8 @@ from batmand.core.forwarding import FROM_HOST, TO_HOST, ForwardingTable
 from batmand.wire.fastpath import TTL_OFF, UNICAST_PREFIX_LEN, VLAN_ETHERTYPE, unicast_prefix
 
 from . import offload
-from .decision import (DELIVER, ETH_HEADER_LEN, HOST_KEY_MIN, MESH_KEY_MIN, SLOW, DeliverSeen, Forward, decide_host,
-                       decide_mesh, host_key, mesh_key)
+from .decision import (DELIVER, ETH_HEADER_LEN, HOST_IP4_KEY, HOST_KEY_MIN, IP4_MARK, MESH_IP4_KEY, MESH_KEY_MIN, SLOW,
+                       DeliverSeen, Forward, decide_host, decide_mesh, host_key, mesh_key)
 from .rings import TP_STATUS_CSUM_VALID, TP_STATUS_CSUMNOTREADY, RxRing, TxRing, error_name
 
 log = logging.getLogger("batmand")
@@ -196,6 +196,7 @@ class Engine:
         buf, view, fd = self._read_buf, self._read_view, self.tap_fd
         readv, bufs, cache, counters = os.readv, (buf,), self._host_cache, self.counters
         offloading, l4, header_len, short = self.csum_offload, self._host_l4, ETH_HEADER_LEN, VNET + HOST_KEY_MIN
+        ip4_key, ip4_len = HOST_IP4_KEY.unpack_from, VNET + HOST_IP4_KEY.size
         sent = sent_bytes = 0
         for _ in range(BATCH):
             try:
@@ -219,8 +220,13 @@ class Engine:
                     counters["drop_bad_csum"] += 1
                     continue
             frame = view[VNET:n]
-            # host_key, inline: the Ethernet header, with its tag
-            key = host_key(frame, True) if l4 else bytes(buf[VNET:VNET + header_len[buf[VNET + 12]]])
+            # host_key, inline: the Ethernet header, with its tag (with an L4 rule: decision.host_key_ip4)
+            if not l4:
+                key = bytes(buf[VNET:VNET + header_len[buf[VNET + 12]]])
+            elif n >= ip4_len and buf[VNET + 12:VNET + 15] == IP4_MARK:
+                key = ip4_key(buf, VNET)
+            else:
+                key = host_key(frame, True)
             route = cache.get(key)
             if route is None:
                 route = self._host_route(frame, key)
@@ -376,6 +382,7 @@ class Engine:
         tap = self.tap_fd
         decisions = port.decisions
         l4, short, ttl_off = self._mesh_l4, MESH_KEY_MIN, TTL_OFF
+        ip4_key, ip4_len, mark = MESH_IP4_KEY.unpack_from, MESH_IP4_KEY.size, UNICAST_PREFIX_LEN + 12
         batch = ring.frames(BATCH)
         # the coalescer is empty between batches: a lone frame has nothing to merge with,
         # and is written at once rather than parsed, copied and queued
@@ -394,7 +401,13 @@ class Engine:
             if length < short:
                 decision = SLOW  # shorter than a decision's key: the core decides
             else:
-                key = mesh_key(view[off:off + length], True) if l4 else bytes(view[off:off + short])  # mesh_key, inline
+                # mesh_key, inline (with an L4 rule: decision.mesh_key_ip4)
+                if not l4:
+                    key = bytes(view[off:off + short])
+                elif length >= ip4_len and view[off + mark:off + mark + 3] == IP4_MARK:
+                    key = ip4_key(view, off)
+                else:
+                    key = mesh_key(view[off:off + length], True)
                 decision = decisions.get(key)
                 if decision is None:
                     decision = self._decide(port, view[off:off + length])

@@ -280,6 +280,7 @@ class TxRing:
         self.frame_nr = self.block_nr * per_block
         self.slots = slot_offsets(self.frame_size, self.block_size, self.frame_nr)
         self.max_data = self.frame_size - TPACKET2_DATA - (10 if vnet_hdr else 0)
+        self._max_length = self.max_data + (10 if vnet_hdr else 0)  # what put() takes, vnet header included
         if sock is None:
             sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
             try:
@@ -318,16 +319,18 @@ class TxRing:
     def put(self, parts, length: int) -> bool:
         """Queue one frame given as buffers (vnet header first when vnet_hdr) of `length`
         bytes in total. False when it is too big or no slot frees up."""
-        if length > self.max_data + (10 if self.vnet_hdr else 0):
+        if length > self._max_length:
             return False
-        base = self._free_slot()
-        if base is None:
-            self.flush(force=True)
+        m = self.map
+        base = self.slots[self.index]
+        if _U32.unpack_from(m, base)[0] != TP_STATUS_AVAILABLE:  # the common case needs no more calls
             base = self._free_slot()
             if base is None:
-                self.dropped += 1
-                return False
-        m = self.map
+                self.flush(force=True)
+                base = self._free_slot()
+                if base is None:
+                    self.dropped += 1
+                    return False
         pos = base + TPACKET2_DATA
         for part in parts:
             end = pos + len(part)

@@ -112,7 +112,7 @@ class Engine:
         self._read_buf = bytearray(VNET + 65536)
         self._read_view = memoryview(self._read_buf)
         # readinto returns None when the queue is empty: no exception per batch, as os.readv's
-        self._tap_readinto = io.FileIO(tap_fd, "rb", closefd=False).readinto
+        self._tap_readinto = io.FileIO(tap_fd, "rb", closefd=False).readinto if tap_fd >= 0 else None
         self._host_cache: dict = {}  # decision.host_key of a host frame -> HostRoute
         self._host_l4 = self._mesh_l4 = False  # the keys include the IP protocol and port (slow-path rules)
         self.counters = dict.fromkeys(

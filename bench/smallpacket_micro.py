@@ -39,10 +39,10 @@ DAT = SlowPath(rules=frozenset(SlowRule(d, 0x0800, 17, 68) for d in (FROM_HOST, 
 BATCH = 64
 
 
-def udp_frame(dst: bytes, src: bytes, sport: int = 5000) -> bytes:
-    """Ethernet + IPv4 + UDP with 64 bytes of payload, the UDP checksum field holding the
+def udp_frame(dst: bytes, src: bytes, size: int = 64, sport: int = 5000) -> bytes:
+    """Ethernet + IPv4 + UDP with `size` bytes of payload, the UDP checksum field holding the
     pseudo-header sum (partial, as the host leaves it)."""
-    payload = bytes(64)
+    payload = bytes(size)
     ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + 8 + len(payload), 1, 0x4000, 64, 17, 0,
                      bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]))
     return dst + src + b"\x08\x00" + ip + struct.pack("!HHHH", sport, 5201, 8 + len(payload), 0) + payload
@@ -70,11 +70,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--batches", type=int, default=300, help="batches of 64 frames per round and direction")
+    ap.add_argument("--payload", type=int, default=64, help="UDP payload bytes (1472: a full 1500-byte packet)")
     ap.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if not args.inner:
         return in_scratch_namespace([sys.executable, os.path.abspath(__file__), "--inner",
-                                     "--rounds", str(args.rounds), "--batches", str(args.batches)])
+                                     "--rounds", str(args.rounds), "--batches", str(args.batches),
+                                     "--payload", str(args.payload)])
     if True:
         tap, host = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         for s in (tap, host):
@@ -90,8 +92,8 @@ def main() -> int:
                                       clients={(THEIRS, 0): ClientRoute(NEIGHBOUR)}, local_clients={(MINE, 0): True},
                                       slow_path=DAT))
         peer = TxRing("va", mtu=1560, vnet_hdr=True)
-        from_host = partial_vnet(34) + udp_frame(bytes(THEIRS), bytes(MINE))
-        from_mesh = unicast_prefix(bytes(OURS), bytes(NEIGHBOUR), bytes(OURS), 1) + udp_frame(bytes(MINE), bytes(THEIRS))
+        from_host = partial_vnet(34) + udp_frame(bytes(THEIRS), bytes(MINE), args.payload)
+        from_mesh = unicast_prefix(bytes(OURS), bytes(NEIGHBOUR), bytes(OURS), 1) + udp_frame(bytes(MINE), bytes(THEIRS), args.payload)
         mesh_vnet = partial_vnet(24 + 34)
         tap_ns, port_ns = [], []
         for _ in range(args.rounds):

@@ -50,9 +50,10 @@ _U32 = struct.Struct("I")
 _U16 = struct.Struct("H")
 # With a vnet header, the kernel copies hdr_len bytes of a frame into the socket buffer and
 # attaches the rest as pages of the ring, which it must copy again when the frame crosses
-# into another namespace or socket (veth, a packet socket: skb_copy_ubufs). Small frames are
-# cheaper copied whole: hdr_len (a hint outside GSO) then covers them. Nothing on the wire changes.
-TX_LINEAR = 256
+# into another namespace or socket (veth, a packet socket: skb_copy_ubufs, a page per
+# frame). Copied whole at once costs less, for 64-byte and 1500-byte frames alike
+# (bench/smallpacket_micro.py): put() sets hdr_len (a hint outside GSO) to the frame's
+# length. Nothing on the wire changes.
 
 
 TPACKET_ALIGNMENT = 16
@@ -287,7 +288,6 @@ class TxRing:
         self.slots = slot_offsets(self.frame_size, self.block_size, self.frame_nr)
         self.max_data = self.frame_size - TPACKET2_DATA - (10 if vnet_hdr else 0)
         self._max_length = self.max_data + (10 if vnet_hdr else 0)  # what put() takes, vnet header included
-        self.linear = TX_LINEAR if vnet_hdr else 0  # frame bytes the kernel copies, the rest it maps (TX_LINEAR)
         if sock is None:
             sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
             try:
@@ -343,8 +343,8 @@ class TxRing:
             end = pos + len(part)
             m[pos:end] = part
             pos = end
-        if self.linear and not m[base + TPACKET2_DATA + 1]:  # gso_type NONE
-            _U16.pack_into(m, base + TPACKET2_DATA + 2, min(length - 10, self.linear))
+        if self.vnet_hdr and not m[base + TPACKET2_DATA + 1]:  # gso_type NONE: hdr_len = the whole frame
+            _U16.pack_into(m, base + TPACKET2_DATA + 2, length - 10)
         TPACKET2_HDR.pack_into(m, base, TP_STATUS_SEND_REQUEST, length, length, 0, 0)
         self.index = self.index + 1 if self.index + 1 < self.frame_nr else 0
         self.pending += 1

@@ -1,7 +1,26 @@
-"""Scratch: per-packet CPU and syscalls of both daemons during iperf3 UDP 64 B (pair or line3)."""
-import json, os, subprocess, sys, time, argparse
-sys.path.insert(0, os.environ["PYTHONPATH"])
-from batmand.lab import Lab, from_dict
+"""Per-packet CPU, syscalls and hot spots of every daemon of a 2-node (or A - M - B) lab
+while iperf3 sends 64-byte UDP (or TCP, --tcp) from a to b; the daemons run the batmand
+that PYTHONPATH names (bench/smallpacket-profile.md). Run as root:
+
+    PYTHONPATH=TREE .venv/bin/python bench/smallpacket_profile.py [--line] [--tcp] [--trace|--perf|--spy]
+
+--trace: `perf trace -s` per daemon (/tmp/sp/trace-NODE.txt); --perf: `perf record -g`
+(/tmp/sp/perf-NODE.data); --spy: py-spy self time per function."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.environ.get("PYTHONPATH") or str(Path(__file__).resolve().parent.parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent))
+from batmand.lab import Lab, from_dict  # noqa: E402
+from profile import hot_functions  # noqa: E402  (bench/profile.py)
+
+OUT = Path("/tmp/sp")
+PY_SPY = Path(sys.executable).parent / "py-spy"
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--workers", type=int, default=0)
@@ -22,6 +41,7 @@ def cpu(pid):
         f = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
         tot += int(f[11]) + int(f[12])
     return tot / os.sysconf("SC_CLK_TCK")
+OUT.mkdir(exist_ok=True)
 with Lab(topo, f"sp{os.getpid() % 10000}") as lab:
     lab.start()
     for _ in range(100):
@@ -39,15 +59,15 @@ with Lab(topo, f"sp{os.getpid() % 10000}") as lab:
     tr = []
     if args.trace:
         for n in names:
-            tr.append(subprocess.Popen(["perf", "trace", "-s", "-p", str(lab.pids[n]), "-o", f"/tmp/sp/trace-{n}.txt", "--", "sleep", "3"],
+            tr.append(subprocess.Popen(["perf", "trace", "-s", "-p", str(lab.pids[n]), "-o", str(OUT / f"trace-{n}.txt"), "--", "sleep", "3"],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     if args.perf:
         for n in names:
-            tr.append(subprocess.Popen(["perf", "record", "-g", "-o", f"/tmp/sp/perf-{n}.data", "-p", str(lab.pids[n]), "--", "sleep", "3"],
+            tr.append(subprocess.Popen(["perf", "record", "-g", "-o", str(OUT / f"perf-{n}.data"), "-p", str(lab.pids[n]), "--", "sleep", "3"],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     if args.spy:
         for n in names:
-            tr.append(subprocess.Popen(["/work/main/.venv/bin/py-spy", "record", "--nonblocking", "--format", "raw", "-o", f"/tmp/sp/spy-{n}.txt", "-d", "3", "-r", "200", "-p", str(lab.pids[n])],
+            tr.append(subprocess.Popen([str(PY_SPY), "record", "--nonblocking", "--format", "raw", "-o", str(OUT / f"spy-{n}.txt"), "-d", "3", "-r", "200", "-p", str(lab.pids[n])],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     time.sleep(4)
     c1 = {n: cpu(lab.pids[n]) for n in names}; t1 = time.monotonic()
@@ -64,8 +84,5 @@ with Lab(topo, f"sp{os.getpid() % 10000}") as lab:
             print(n, "cores", round((c1[n]-c0[n])/(t1-t0), 3), "us/pkt", round((c1[n]-c0[n])/(t1-t0)/pps*1e6, 2))
     server.kill()
     if args.spy:
-        sys.path.insert(0, "/work/wt/smallpkt/bench")
-        from profile import hot_functions
-        from pathlib import Path
         for n in names:
-            print(n, json.dumps(hot_functions(Path(f"/tmp/sp/spy-{n}.txt"), 14)))
+            print(n, json.dumps(hot_functions(Path(str(OUT / f"spy-{n}.txt")), 14)))

@@ -23,11 +23,16 @@ the JSON document on stdout (progress goes to stderr). Run as root, e.g.
 
   ./scripts/run netbench --quick --configs veth-direct,tinc-switch,batmand-w0
   ./scripts/run netbench --reps 3
+  ./scripts/run netbench --configs fastd-null,batmand-w0 --code base=/tmp/base,new=.  # batmand-w0@base, @new
+
+--code NAME=PATH,...: every batmand configuration runs once per source tree (the daemon
+starts with PYTHONPATH=PATH), named CONFIG@NAME, interleaved in the same repetitions.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -303,7 +308,19 @@ def run_one(spec: peers.Spec, rep: int, args, cfginfo: dict, runs: list[dict]) -
     n0 = len(h.COMMANDS)
     net = None
     try:
-        net = peers.BUILDERS[spec.build](CTX, spec)
+        tree = CODE_TREES.get(spec.name)
+        if tree is None:
+            net = peers.BUILDERS[spec.build](CTX, spec)
+        else:  # the daemons (and their workers) import batmand from this tree
+            saved = os.environ.get("PYTHONPATH")
+            os.environ["PYTHONPATH"] = tree
+            try:
+                net = peers.BUILDERS[spec.build](CTX, spec)
+            finally:
+                if saved is None:
+                    os.environ.pop("PYTHONPATH", None)
+                else:
+                    os.environ["PYTHONPATH"] = saved
         if not h.wait_until(lambda: h.run(h.in_ns(net.ns["A"], ["ping", "-n", "-c1", "-W1", net.target]),
                                           check=False, record=False).returncode == 0, 20, step=0.2):
             raise RuntimeError(f"A cannot reach {net.target}")
@@ -398,6 +415,7 @@ def parse_args(argv=None):
     ap.add_argument("--out", default=os.path.join(peers.ROOT, "bench", "results"),
                     help="results go to OUT/<stamp>/")
     ap.add_argument("--list", action="store_true", help="list the configurations and exit")
+    ap.add_argument("--code", help="NAME=PATH,...: run each batmand config once per source tree, as CONFIG@NAME")
     args = ap.parse_args(argv)
     defaults = {"reps": (3, 1), "tcp_time": (10, 3), "udp_time": (5, 2), "max_quiet_wait": (20.0, 3.0)}
     for key, (full, quick) in defaults.items():
@@ -408,11 +426,24 @@ def parse_args(argv=None):
     unknown = [c for c in names if c not in all_specs]
     if unknown:
         ap.error(f"unknown config(s) {', '.join(unknown)}; known: {', '.join(all_specs)}")
+    if args.code:
+        for item in args.code.split(","):
+            code, _, path = item.partition("=")
+            if not code or not os.path.isdir(os.path.join(path, "batmand")):
+                ap.error(f"--code {item}: want NAME=PATH of a source tree (PATH/batmand)")
+            for name in [n for n in names if all_specs[n].kind == "batmand"]:
+                variant = dataclasses.replace(all_specs[name], name=f"{name}@{code}",
+                                              about=f"{all_specs[name].about}, code {path}")
+                all_specs[variant.name] = variant
+                CODE_TREES[variant.name] = os.path.abspath(path)
+        names = [v for n in names for v in ([n] if all_specs[n].kind != "batmand" else
+                                           [k for k in CODE_TREES if k.partition("@")[0] == n])]
     args.config_names = names
     return args, all_specs
 
 
 CTX: peers.Ctx
+CODE_TREES: dict[str, str] = {}  # config@code -> the source tree its daemons run (--code)
 
 
 def main(argv=None) -> int:

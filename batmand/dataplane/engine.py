@@ -16,6 +16,7 @@ socket); and TCP segments delivered to the host in one batch are coalesced (`gro
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import struct
@@ -25,8 +26,8 @@ from batmand.core.forwarding import FROM_HOST, TO_HOST, ForwardingTable
 from batmand.wire.fastpath import TTL_OFF, UNICAST_PREFIX_LEN, VLAN_ETHERTYPE, unicast_prefix
 
 from . import offload
-from .decision import (DELIVER, ETH_HEADER_LEN, HOST_KEY_MIN, MESH_KEY_MIN, SLOW, DeliverSeen, Forward, decide_host,
-                       decide_mesh, host_key, mesh_key)
+from .decision import (DELIVER, ETH_HEADER_LEN, HOST_IP4_KEY, HOST_KEY_MIN, IP4_MARK, MESH_IP4_KEY, MESH_KEY_MIN, SLOW,
+                       DeliverSeen, Forward, decide_host, decide_mesh, host_key, mesh_key)
 from .rings import TP_STATUS_CSUM_VALID, TP_STATUS_CSUMNOTREADY, RxRing, TxRing, error_name
 
 log = logging.getLogger("batmand")
@@ -74,7 +75,7 @@ class HostRoute:
     """A cached fast-path decision for frames from the host with given addresses: the
     port, the 24-byte prefix, the ready transmit-ring heads, and use since the last look."""
 
-    __slots__ = ("port", "prefix", "client", "hits", "plain_head", "_partial_heads")
+    __slots__ = ("port", "prefix", "client", "hits", "plain_head", "partial_heads")
 
     def __init__(self, port: Port, prefix: bytes, client: tuple) -> None:
         self.port = port
@@ -82,17 +83,17 @@ class HostRoute:
         self.client = client
         self.hits = 0
         self.plain_head = offload.VNET_PLAIN + prefix if port.tx.vnet_hdr else prefix
-        self._partial_heads: dict = {}
+        self.partial_heads: dict = {}  # (csum_start, csum_offset) -> partial_head()
 
     def partial_head(self, csum_start: int, csum_offset: int) -> bytes:
         """vnet header (NEEDS_CSUM, the offsets moved by our prefix) + prefix, for a frame
         whose checksum the host left partial at these offsets."""
         key = (csum_start, csum_offset)
-        head = self._partial_heads.get(key)
+        head = self.partial_heads.get(key)
         if head is None:
             head = _VNET.pack(_NEEDS_CSUM, 0, 0, 0, csum_start + UNICAST_PREFIX_LEN, csum_offset) + self.prefix
-            if len(self._partial_heads) < 64:
-                self._partial_heads[key] = head
+            if len(self.partial_heads) < 64:
+                self.partial_heads[key] = head
         return head
 
 
@@ -110,6 +111,8 @@ class Engine:
         self.coalescer = offload.Coalescer(udp=gro and tap_accepts_udp_gso())
         self._read_buf = bytearray(VNET + 65536)
         self._read_view = memoryview(self._read_buf)
+        # readinto returns None when the queue is empty: no exception per batch, as os.readv's
+        self._tap_readinto = io.FileIO(tap_fd, "rb", closefd=False).readinto if tap_fd >= 0 else None
         self._host_cache: dict = {}  # decision.host_key of a host frame -> HostRoute
         self._host_l4 = self._mesh_l4 = False  # the keys include the IP protocol and port (slow-path rules)
         self.counters = dict.fromkeys(
@@ -193,17 +196,18 @@ class Engine:
             self._flush(touched)
 
     def _on_tap(self, touched: set) -> None:
-        buf, view, fd = self._read_buf, self._read_view, self.tap_fd
-        readv, bufs, cache, counters = os.readv, (buf,), self._host_cache, self.counters
+        buf, view, readinto = self._read_buf, self._read_view, self._tap_readinto
+        cache, counters = self._host_cache, self.counters
         offloading, l4, header_len, short = self.csum_offload, self._host_l4, ETH_HEADER_LEN, VNET + HOST_KEY_MIN
+        ip4_key, ip4_len = HOST_IP4_KEY.unpack_from, VNET + HOST_IP4_KEY.size
         sent = sent_bytes = 0
         for _ in range(BATCH):
             try:
-                n = readv(fd, bufs)
-            except BlockingIOError:
-                break
+                n = readinto(buf)
             except OSError as exc:  # the queue is detached or the TAP going away
                 self._count("tap_read_error_" + error_name(exc.errno))
+                break
+            if n is None:  # EAGAIN: the queue is empty
                 break
             if n < short:
                 self._short_from_host(n)
@@ -214,13 +218,19 @@ class Engine:
                 continue
             needs_csum = buf[0] & _NEEDS_CSUM
             if needs_csum:
-                csum_start, csum_offset = _CSUM_FIELDS.unpack_from(buf, 6)
+                csum = _CSUM_FIELDS.unpack_from(buf, 6)
+                csum_start, csum_offset = csum
                 if csum_start + csum_offset + 2 > n - VNET:
                     counters["drop_bad_csum"] += 1
                     continue
             frame = view[VNET:n]
-            # host_key, inline: the Ethernet header, with its tag
-            key = host_key(frame, True) if l4 else bytes(buf[VNET:VNET + header_len[buf[VNET + 12]]])
+            # host_key, inline: the Ethernet header, with its tag (with an L4 rule: decision.host_key_ip4)
+            if not l4:
+                key = bytes(buf[VNET:VNET + header_len[buf[VNET + 12]]])
+            elif n >= ip4_len and buf[VNET + 12:VNET + 15] == IP4_MARK:
+                key = ip4_key(buf, VNET)
+            else:
+                key = host_key(frame, True)
             route = cache.get(key)
             if route is None:
                 route = self._host_route(frame, key)
@@ -228,7 +238,7 @@ class Engine:
                 if not needs_csum:
                     head = route.plain_head
                 elif offloading:  # the checksum stays as the host left it, for the next kernel
-                    head = route.partial_head(csum_start, csum_offset)
+                    head = route.partial_heads.get(csum) or route.partial_head(csum_start, csum_offset)
                 else:  # the next kernel will not finish it: do it here
                     frame = bytearray(frame)
                     offload.finish_checksum(frame, csum_start, csum_offset)
@@ -376,6 +386,7 @@ class Engine:
         tap = self.tap_fd
         decisions = port.decisions
         l4, short, ttl_off = self._mesh_l4, MESH_KEY_MIN, TTL_OFF
+        ip4_key, ip4_len, mark = MESH_IP4_KEY.unpack_from, MESH_IP4_KEY.size, UNICAST_PREFIX_LEN + 12
         batch = ring.frames(BATCH)
         # the coalescer is empty between batches: a lone frame has nothing to merge with,
         # and is written at once rather than parsed, copied and queued
@@ -394,7 +405,13 @@ class Engine:
             if length < short:
                 decision = SLOW  # shorter than a decision's key: the core decides
             else:
-                key = mesh_key(view[off:off + length], True) if l4 else bytes(view[off:off + short])  # mesh_key, inline
+                # mesh_key, inline (with an L4 rule: decision.mesh_key_ip4)
+                if not l4:
+                    key = bytes(view[off:off + short])
+                elif length >= ip4_len and view[off + mark:off + mark + 3] == IP4_MARK:
+                    key = ip4_key(view, off)
+                else:
+                    key = mesh_key(view[off:off + length], True)
                 decision = decisions.get(key)
                 if decision is None:
                     decision = self._decide(port, view[off:off + length])

@@ -426,8 +426,8 @@ class Coalescer:
         CSUM_PARTIAL (then csum_start / csum_offset locate the checksum, from the frame
         start).  A memoryview's buffer must stay untouched until flush()."""
         run = self._last
-        if run is not None and csum == run.csum and csum != CSUM_UNKNOWN and self._extends(run, frame, csum_start,
-                                                                                           csum_offset):
+        if run is not None and csum == run.csum and csum != CSUM_UNKNOWN and (
+                self._extends_udp if run.udp else self._extends)(run, frame, csum_start, csum_offset):
             return
         self._last = None
         n = len(frame)
@@ -549,6 +549,8 @@ class Coalescer:
                 run.size += plen
                 if plen < run.mss or len(run.payloads) >= self.max_segments:
                     del self._open[key]
+                else:
+                    self._last = run  # the next datagram of the flow takes _extends_udp
                 return True
             del self._open[key]  # it goes after the run, in order
         if self.max_segments == 1:
@@ -569,13 +571,14 @@ class Coalescer:
         run.masked = _from_bytes(frame[:poff], "big") & run.mask
         self._open[key] = run
         self._out.append(run)
+        self._last = run
         return True
 
     def _extends(self, run: _Run, frame, csum_start: int, csum_offset: int) -> bool:
-        """The common case, cheaply: the next segment of the run that took the previous one
-        (one masked integer compare instead of parsing); False leaves it to add()."""
+        """The common case, cheaply: the next segment of the TCP run that took the previous
+        one (one masked integer compare instead of parsing); False leaves it to add()."""
         poff = run.poff
-        if len(frame) <= poff or run.udp:
+        if len(frame) <= poff:
             return False
         hdr = bytes(frame[:poff])
         if _from_bytes(hdr, "big") & run.mask != run.masked:
@@ -597,6 +600,30 @@ class Coalescer:
         run.next_seq = (seq + plen) & 0xFFFFFFFF
         if flags & _PSH or plen < run.mss or len(payloads) >= self.max_segments:
             run.psh = flags & _PSH
+            del self._open[run.key]
+            self._last = None
+        return True
+
+    def _extends_udp(self, run: _Run, frame, csum_start: int, csum_offset: int) -> bool:
+        """_extends for a UDP run: the next datagram of the flow that sent the previous one
+        (the mask fixes addresses, ports, IHL or next header, no fragment), with
+        _add_udp's length checks, without parsing it as TCP and then as UDP first."""
+        poff = run.poff
+        if len(frame) <= poff:
+            return False
+        hdr = bytes(frame[:poff])
+        if _from_bytes(hdr, "big") & run.mask != run.masked:
+            return False
+        l3, l4 = run.l3, run.l4
+        end = l4 + (hdr[l3 + 4] << 8 | hdr[l3 + 5]) if run.is_v6 else l3 + (hdr[l3 + 2] << 8 | hdr[l3 + 3])
+        plen = end - poff
+        if (end > len(frame) or plen <= 0 or (hdr[l4 + 4] << 8 | hdr[l4 + 5]) != end - l4 or plen > run.mss
+                or run.size + plen > run.limit or (run.csum == CSUM_PARTIAL and (csum_start != l4 or csum_offset != 6))):
+            return False
+        payloads = run.payloads
+        payloads.append(memoryview(frame)[poff:end])
+        run.size += plen
+        if plen < run.mss or len(payloads) >= self.max_segments:
             del self._open[run.key]
             self._last = None
         return True

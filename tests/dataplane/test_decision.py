@@ -28,6 +28,7 @@ from batmand.core.events import Deliver, ForwardingUpdate, Transmit
 from batmand.core.forwarding import FROM_HOST, TO_HOST, ForwardingTable, SlowPath, SlowRule
 from batmand.core.mesh import Mesh
 from batmand.dataplane.decision import (DELIVER, SLOW, DeliverSeen, Encapsulate, Forward, decide_host, decide_mesh, host_key,
+                                        host_key_ip4, mesh_key_ip4,
                                         mesh_key)
 from batmand.dataplane.engine import Engine
 from batmand.wire import BROADCAST, ETH_P_BATMAN, Mac, TtChange, TtClientFlags as F, TtDataFlags, TtTvlv, TtVlan
@@ -437,3 +438,50 @@ def test_a_frame_for_a_client_that_roamed_away_goes_to_its_new_owner():
     assert check_mesh(world, mesh.iface("e0"), frame, b"") is SLOW
     sent = [a for a in mesh.receive(NOW, "e0", frame) if isinstance(a, Transmit)]
     assert len(sent) == 1 and sent[0].frame[18:24] == ORIGS[0]  # rerouted to the new owner
+
+
+_IP4_HEADERS = st.binary(min_size=12, max_size=12).map(lambda macs: macs + b"\x08\x00\x45")
+
+
+@settings(max_examples=300)
+@given(_IP4_HEADERS, st.binary(max_size=40))
+def test_the_ip4_host_key_carries_what_host_key_reads(head, rest):
+    """The engine's one-unpack key for untagged IPv4 without options holds exactly the
+    bytes host_key(frame, True) returns: equal fast keys, equal decisions."""
+    frame = head + rest
+    key = host_key_ip4(frame)
+    if len(frame) < 38:
+        assert key is None
+        return
+    eth, proto, port = key
+    assert eth + bytes((proto,)) + port == host_key(frame, True)
+
+
+@settings(max_examples=300)
+@given(st.binary(min_size=36, max_size=36), st.binary(max_size=40), st.binary(min_size=3, max_size=3))
+def test_the_ip4_mesh_key_carries_what_decide_mesh_reads(outer, rest, ip_head):
+    """mesh_key_ip4 leaves out the IP header's bytes 1-3 (TOS, total length) that mesh_key
+    keeps: decide_mesh reads none of them; the rest is mesh_key's."""
+    world = small_mesh()
+    world.table.apply(ForwardingUpdate({}, {}, {}, slow_path=SlowPath(rules=frozenset(
+        {SlowRule(TO_HOST, 0x0800, 17, 68)}))))
+    frame = outer + b"\x08\x00\x45" + rest
+    key = mesh_key_ip4(frame)
+    if len(frame) < 62:
+        assert key is None
+        return
+    head, proto, port = key
+    assert head + frame[38:42] + bytes((proto,)) + port == mesh_key(frame, True)
+    other = frame[:39] + ip_head + frame[42:]
+    assert mesh_key_ip4(other) == key
+    mac = bytes(IFACE_MACS[0])
+    assert decide_mesh(other, mac, world.primary, world.table, False) == decide_mesh(frame, mac, world.primary,
+                                                                                      world.table, False)
+
+
+def test_frames_the_ip4_keys_do_not_fit_get_none():
+    assert host_key_ip4(udp(CLIENTS[0], CLIENTS[1], 68, tci=0)) is None  # tagged
+    options = bytearray(udp(CLIENTS[0], CLIENTS[1], 68))
+    options[14] = 0x46
+    assert host_key_ip4(bytes(options)) is None
+    assert host_key_ip4(udp(CLIENTS[0], CLIENTS[1], 68)) == (udp(CLIENTS[0], CLIENTS[1], 68)[:14], 17, b"\x00\x44")

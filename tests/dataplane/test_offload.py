@@ -841,3 +841,38 @@ def test_tap_udp_gso_needs_linux_6_2():
     assert not tap_accepts_udp_gso("6.1.0-57-amd64")
     assert tap_accepts_udp_gso("6.2.0") and tap_accepts_udp_gso("6.18.44-fc-v669")
     assert not tap_accepts_udp_gso("weird")
+
+
+def _udp_variant(kind: str, size: int, sport: int, v6: bool) -> bytes:
+    """A UDP datagram of a flow, or one that must not join its flow's run."""
+    if kind == "frag" and not v6:
+        return bytes(Ether(src=MAC_A, dst=MAC_B) / IP(src=V4_SRC, dst=V4_DST, flags="MF") / UDP(sport=sport)
+                     / Raw(bytes(size)))
+    frame = udp_frame(bytes(size), sport=sport, v6=v6, ttl=3 if kind == "ttl" else 64)
+    if kind == "padded":
+        return frame + bytes(6)  # Ethernet padding behind the datagram
+    if kind == "badlen":
+        b = bytearray(frame)
+        b[l4_offset(frame) + 5] ^= 1  # UDP length disagrees with the IP length
+        return bytes(b)
+    return frame
+
+
+@given(st.lists(st.tuples(st.sampled_from(["plain"] * 6 + ["frag", "ttl", "padded", "badlen"]),
+                          st.sampled_from([64, 64, 64, 40, 100]), st.sampled_from([1, 1, 2])), max_size=40),
+       st.booleans(), st.integers(1, 8), st.sampled_from([0, 6, 16]))
+@settings(max_examples=150, deadline=None)
+def test_udp_fast_path_merges_exactly_like_the_general_path(spec, v6, max_segments, offset):
+    """Datagrams extending the run that took the last one skip parse_tcp and _add_udp
+    (_extends_udp); the output must equal what the full path gives. offset 16: a partial
+    checksum pointing elsewhere, which no UDP run takes."""
+    frames = [_udp_variant(kind, size, sport, v6) for kind, size, sport in spec]
+
+    def run(extends_udp):
+        c = Coalescer(udp=True, max_segments=max_segments)
+        c._extends_udp = extends_udp.__get__(c) if extends_udp else (lambda *a: False)
+        for f in frames:
+            c.add(f, CSUM_PARTIAL, l4_offset(f), offset)
+        return c.flush(), c.merged
+
+    assert run(Coalescer._extends_udp) == run(None)

@@ -206,6 +206,23 @@ def kernel_drops(lab, node: str) -> str:
     return f"{node}: {snmp.strip()}"
 
 
+def loss_counters(lab, node: str) -> dict:
+    """Every place on a node that counts a lost frame, for failure messages: the daemon's
+    nonzero error and drop counters (failed ring sends included) and the interfaces'
+    kernel drop counters (a veth drops when the peer's backlog is full)."""
+    stats = json.loads(lab.batmanctl(node, "s", "--json").stdout or "{}")
+    found = {k: v for k, v in stats.items() if isinstance(v, int) and v and any(
+        word in k for word in ("error", "drop", "full", "bad", "truncated"))}
+    links = json.loads(lab.exec(node, ["ip", "-s", "-j", "link", "show"]).stdout or "[]")
+    for link in links:
+        st = link.get("stats64", {})
+        for way in ("rx", "tx"):
+            for k in ("dropped", "errors"):
+                if st.get(way, {}).get(k):
+                    found[f"{link['ifname']}:{way}_{k}"] = st[way][k]
+    return found
+
+
 def tcp_transfer(lab, scripts, src: str, dst: str, path: str, port: int, timeout: float = 120.0) -> tuple[dict, dict]:
     receiver = lab.spawn(dst, [PY, scripts["tcp_receiver"], str(port)], stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
@@ -269,6 +286,7 @@ def test_flow_order_and_no_loss(scripts, workers):
         after = {n: dp(lab, n) for n in lab.nodes}
         drops = {n: after[n]["drops"] for n in lab.nodes}
         diag = "; ".join(kernel_drops(lab, n) for n in ("n1", "n3"))
+        diag += "; " + "; ".join(f"{n}: {loss_counters(lab, n)}" for n in lab.nodes)
 
     flows = {int(f): seqs for f, seqs in got["flows"].items()}
     reordered = {f: sum(1 for a, b in zip(seqs, seqs[1:]) if b <= a) for f, seqs in flows.items()}
@@ -278,6 +296,7 @@ def test_flow_order_and_no_loss(scripts, workers):
     print(f"workers={workers}: sent {sent['sent']} datagrams in {sent['seconds']:.1f} s ({rate:.0f}/s), "
           f"received {got['got']}, lost {total_lost}, "
           f"reordered {sum(reordered.values())}, corrupt {got['corrupt']}; drops {drops}")
+    print(f"  kernel and daemon loss counters: {diag}")
     if workers:
         for n in lab.nodes:
             print(f"  {n}: " + ", ".join(

@@ -607,7 +607,9 @@ class Coalescer:
     def _extends_udp(self, run: _Run, frame, csum_start: int, csum_offset: int) -> bool:
         """_extends for a UDP run: the next datagram of the flow that sent the previous one
         (the mask fixes addresses, ports, IHL or next header, no fragment), with
-        _add_udp's length checks, without parsing it as TCP and then as UDP first."""
+        _add_udp's length checks, without parsing it as TCP and then as UDP first. (Its
+        first lines are _extends' on purpose: a shared helper costs 4-5 % of on_port per
+        datagram, bench/smallpacket_micro.py.)"""
         poff = run.poff
         if len(frame) <= poff:
             return False

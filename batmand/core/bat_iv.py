@@ -481,50 +481,48 @@ class BatmanIV:
                                                          self.mesh.config.reset_protection_ms / 1000.0)
             if drop:
                 return PROTECTED
-        iv_info = info
-        if iv_info.union_generation != orig_node.neigh_generation:
-            self._rebuild_union(iv_info, neighbours, outif, orig_node.neigh_generation)
+        if info.union_generation != orig_node.neigh_generation:
+            self._rebuild_union(info, neighbours, outif, orig_node.neigh_generation)
         sender = neighbours.get((eth_src, if_incoming))
+        ninfo = None if sender is None else (
+            (sender.if_default if outif is None else sender.if_info if outif is sender.if_key
+             else sender.ifinfo_get(outif)) or sender.ifinfo_new(outif, IvNeighIfInfo))
         if -WINDOW_SIZE < diff <= 0:  # inside the window, which stays where it is
             bit = 1 << -diff
-            if sender is None:
-                return ORIG_DUP if iv_info.union & bit else NO_DUP
-            ninfo = (sender.if_default if outif is None else sender.if_info if outif is sender.if_key
-                     else sender.ifinfo_get(outif)) or sender.ifinfo_new(outif, IvNeighIfInfo)
-            bits = _synced(ninfo, iv_info.window_pos)
+            if ninfo is None:
+                return ORIG_DUP if info.union & bit else NO_DUP
+            bits = _synced(ninfo, info.window_pos)
             if bits & bit:
                 return NEIGH_DUP
             ninfo.real_bits = bits | bit
-            status = ORIG_DUP if iv_info.union & bit else NO_DUP
-            iv_info.union |= bit
+            status = ORIG_DUP if info.union & bit else NO_DUP
+            info.union |= bit
             return status
         if not neighbours:
             return NO_DUP  # (the kernel's walk has no window to slide: the seqno stays)
         # a newer seqno slides every window by diff; a much newer or much older one (a
         # restart) starts every window over: nobody has sent it
         if 0 < diff < WINDOW_SIZE:
-            iv_info.window_pos += diff
-            iv_info.union = iv_info.union << diff & _WINDOW_MASK
+            info.window_pos += diff
+            info.union = info.union << diff & _WINDOW_MASK
         else:
-            iv_info.window_pos += WINDOW_SIZE
-            iv_info.union = 0
+            info.window_pos += WINDOW_SIZE
+            info.union = 0
         info.last_real_seqno = ogm.seqno
-        if sender is not None:
-            ninfo = (sender.if_default if outif is None else sender.if_info if outif is sender.if_key
-                     else sender.ifinfo_get(outif)) or sender.ifinfo_new(outif, IvNeighIfInfo)
-            ninfo.real_bits = _synced(ninfo, iv_info.window_pos) | 1
-            iv_info.union |= 1
+        if ninfo is not None:
+            ninfo.real_bits = _synced(ninfo, info.window_pos) | 1
+            info.union |= 1
         return NO_DUP
 
     @staticmethod
-    def _rebuild_union(iv_info: IvOrigIfInfo, neighbours: dict, outif, generation: int) -> None:
+    def _rebuild_union(info: IvOrigIfInfo, neighbours: dict, outif, generation: int) -> None:
         """The union of the windows, after neighbours came or went."""
         union = 0
         for neigh in neighbours.values():
             ninfo = (neigh.if_default if outif is None else neigh.if_info if outif is neigh.if_key
                      else neigh.ifinfo_get(outif)) or neigh.ifinfo_new(outif, IvNeighIfInfo)
-            union |= _synced(ninfo, iv_info.window_pos)
-        iv_info.union, iv_info.union_generation = union, generation
+            union |= _synced(ninfo, info.window_pos)
+        info.union, info.union_generation = union, generation
 
     def _process_per_outif(self, now: float, if_incoming: HardInterface, eth_src: bytes, ogm: IvOgmFields,
                            orig_node: OrigNode, outif) -> None:

@@ -88,6 +88,7 @@ class Bla:
         self.next_period = now + PERIOD
         self._primary_seen: Mac | None = None
         self._published_claims: frozenset | None = None  # the claims' keys as last published
+        self._slow_path_of: tuple = ((), NO_SLOW_PATH)  # (what it was built from, SlowPath)
         mesh.hooks.on_host_tx(BLA, self.host_tx)
         mesh.hooks.on_host_rx(BLA_MESH, self._from_backbone_gw)
         mesh.hooks.on_host_rx(BLA_RX, self._host_rx)
@@ -477,9 +478,16 @@ class Bla:
         primary = self.primary
         if self._published_claims is None:
             self._published_claims = frozenset(k for k, c in self.claims.items() if c.backbone.orig == primary)
-        return SlowPath(multicast=True, from_host_sources=self._published_claims,
+        # asked after every batch of frames and every timer: built again only when its inputs
+        # changed (the backbones' keys hold their originators)
+        source = (primary, self._published_claims, tuple(self.backbones))
+        if source == self._slow_path_of[0]:
+            return self._slow_path_of[1]
+        slow = SlowPath(multicast=True, from_host_sources=self._published_claims,
                         to_host_sources=self._published_claims,
                         from_last_hops=frozenset(bytes(b.orig) for b in self.backbones.values() if b.orig != primary))
+        self._slow_path_of = (source, slow)
+        return slow
 
     def sources_seen(self, seen: dict) -> None:
         """Sources the data plane delivered to the host without us ({(mac, vid): when}): our

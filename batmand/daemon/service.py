@@ -11,6 +11,7 @@ import asyncio
 import errno
 import fcntl
 import logging
+import math
 import os
 import random
 import signal
@@ -44,8 +45,14 @@ from .wifi import is_wireless, query_stations
 log = logging.getLogger("batmand")
 
 BATCH = 64  # frames per reader wake-up before yielding to the loop
+TIMER_TICK = 0.004  # a jiffy at HZ=250
+INF = float("inf")
 TIMER_EARLY = 0.002  # how much earlier than its deadline uvloop may run a timer
 MCAST_WORK_PERIOD = 0.5  # seconds between two looks at bat0's multicast groups
+# how often the fast path's sightings of clients reach the core (workers report at the
+# same pace): they refresh timeouts of minutes, and a look at every timer is a scan of
+# the data plane's caches up to a hundred times a second in a large mesh
+SEEN_PERIOD = 0.5
 MAX_HEADER = 32  # the largest batman-adv header we put in front of a 1500-byte frame
 
 
@@ -75,6 +82,7 @@ class Service:
         self._stopped: asyncio.Event | None = None
         self._locks: list = []  # held for the daemon's life: the abstract name, a file lock
         self._next_speed_check = 0.0
+        self._next_seen = 0.0
         self._station_queries: dict[str, asyncio.Future] = {}  # nl80211 station dumps under way
         self.notifier = Notifier()
         self.wanted: set[str] = set()  # hard interfaces to keep attached (configured or added)
@@ -585,6 +593,8 @@ class Service:
 
     def _reschedule(self) -> None:
         deadline = self.mesh.next_deadline()
+        if deadline < INF:  # the kernel's timers fire on jiffies: what falls due in one, goes in one
+            deadline = math.ceil(deadline / TIMER_TICK) * TIMER_TICK
         if deadline >= self._timer_at and self._timer is not None:
             return
         if self._timer is not None:
@@ -600,9 +610,11 @@ class Service:
             # gets there: this is the deadline's turn (not a wake-up for nothing, and then
             # another one for the rest of that millisecond)
             self._clock_floor = now = deadline
-        seen = self.dataplane.take_seen()
-        if seen:
-            self.mesh.local_clients_seen(seen)
+        if now >= self._next_seen:
+            self._next_seen = now + SEEN_PERIOD
+            seen = self.dataplane.take_seen()
+            if seen:
+                self.mesh.local_clients_seen(seen)
         if now >= self._next_speed_check:  # link speeds can change (the kernel asks on every ELP)
             self._next_speed_check = now + 10.0
             for iface in self.mesh.active_ifaces():

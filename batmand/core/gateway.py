@@ -66,7 +66,8 @@ class Gateway:
         self._by_orig: dict[Mac, GatewayNode] = {}
         self.selected: GatewayNode | None = None
         self.reselect = False
-        mesh.tvlv.handle_ogm(TvlvType.GW, GatewayTvlv.VERSION, self._ogm_container, when_absent=True)
+        mesh.tvlv.handle_ogm(TvlvType.GW, GatewayTvlv.VERSION, self._ogm_container, when_absent=True,
+                             each_copy=self._wants_each_copy)
         mesh.tvlv.contribute(self._container, reserve=GW_CONTAINER_SIZE)
         mesh.hooks.on_host_tx(GATEWAY_DHCP, self._host_tx)
         mesh.on_setting(SETTINGS, self._setting_changed, check=self._check_setting)
@@ -101,6 +102,11 @@ class Gateway:
         self._node_update(orig_node, down, up)
         if down and self.mode == CLIENT:
             self._check_election(orig_node)
+
+    def _wants_each_copy(self, tvlv: GatewayTvlv | None) -> bool:
+        """A further copy of an OGM changes nothing in the list, only the TQ toward its
+        originator, which a client's election check reads: a gateway's every copy, then."""
+        return tvlv is not None and self.mode == CLIENT
 
     def _node_update(self, orig_node: OrigNode, down: int, up: int) -> None:
         """batadv_gw_node_update: add, change, or (bandwidth 0) remove its entry."""

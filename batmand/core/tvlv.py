@@ -22,7 +22,7 @@ Builder = Callable[[float, int], object]  # (now, bytes of room left) -> the con
 class _OgmHandler:
     handle: OgmHandler
     when_absent: bool
-    each_copy: bool
+    each_copy: bool | Callable[[object], bool]
 
 
 class TvlvRegistry:
@@ -33,10 +33,11 @@ class TvlvRegistry:
         self._measured: dict[int, int] = {}  # what each fixed container took in our last OGM
 
     def handle_ogm(self, ttype: int, version: int, handler: OgmHandler, *, when_absent: bool = False,
-                   each_copy: bool = True) -> None:
+                   each_copy: bool | Callable[[object], bool] = True) -> None:
         """`each_copy=False`: the handler keeps nothing new when it is handed the same
         containers again for the same OGM, so the further copies of that OGM (one through
-        each neighbour) need not be handed to it."""
+        each neighbour) need not be handed to it. A callable decides at the first copy,
+        from the container (None: absent), whether the further ones go to the handler."""
         self._ogm[(ttype, version)] = _OgmHandler(handler, when_absent, each_copy)
 
     def handle_unicast(self, ttype: int, version: int, handler: UnicastHandler) -> None:
@@ -71,7 +72,8 @@ class TvlvRegistry:
                 return
         calls = self._ogm_calls(tvlvs)
         if seqno is not None:
-            orig_node.tvlvs_seen = (seqno, tvlvs, tuple((h, t) for h, t, each_copy in calls if each_copy))
+            orig_node.tvlvs_seen = (seqno, tvlvs, tuple((h, t) for h, t, each_copy in calls
+                                                        if each_copy is True or (each_copy and each_copy(t))))
         for handle, tvlv, _ in calls:
             handle(now, orig_node, tvlv)
 

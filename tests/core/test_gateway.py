@@ -470,3 +470,34 @@ def test_a_node_full_of_vlans_still_fits_its_ogm_when_it_becomes_a_gateway():
     # one more VLAN (beside the untagged one) would not have fitted: OGM header, TT header and
     # data, a VLAN entry each, and the room the fixed containers keep (GW's 12 bytes among them)
     assert g1.tvlv.fixed_bytes >= 12 and 24 + 8 + (accepted + 2) * 8 + g1.tvlv.fixed_bytes > 512
+
+
+def test_a_client_checks_the_election_at_every_copy_of_a_gateways_ogm_and_only_then():
+    """Every neighbour forwards each OGM, and each copy may change the TQ toward its
+    originator: a client checks its election at each copy of a gateway's OGM, as the
+    kernel's handler runs for every copy. The other handlers' work (and the gateway's
+    for an originator that is no gateway, or for a node that is no client) is done at
+    the first copy."""
+    net = _mesh(C=dict(gw_mode="client"), **SERVERS)
+    for x, y in (("C", "G1"), ("C", "O"), ("G1", "O"), ("C", "G2")):
+        net.link(x, y)
+    gateway = net.nodes["C"].mesh.gateway
+    checks, updates = [], []
+    check, update = gateway._check_election, gateway._node_update
+    gateway._check_election = lambda orig_node: (checks.append(orig_node.tvlvs_seen[0]), check(orig_node))
+    gateway._node_update = lambda orig_node, *a: (updates.append((net.owner_of(orig_node.orig),
+                                                                   orig_node.tvlvs_seen[0])), update(orig_node, *a))
+    net.run_for(10)
+    g1 = [seqno for name, seqno in updates if name == "G1"]
+    assert len(g1) > len(set(g1)) + 10  # G1's OGMs come straight and through O: every copy
+    assert len(checks) == len(g1) + len([1 for name, _ in updates if name == "G2"])
+    o = [seqno for name, seqno in updates if name == "O"]
+    assert len(o) == len(set(o)) > 10  # O (no gateway) heard once per OGM, although twice
+    checks_before = len(checks)
+    # a node that is no client: once per OGM, gateways too
+    net.set_option("C", "gw_mode", "off")
+    net.run_for(2)  # (the OGMs whose first copy came while C was a client)
+    updates.clear()
+    net.run_for(10)
+    g1 = [seqno for name, seqno in updates if name == "G1"]
+    assert len(g1) == len(set(g1)) > 10 and len(checks) == checks_before

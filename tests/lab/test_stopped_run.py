@@ -1,0 +1,54 @@
+"""A test run stopped with SIGTERM (CI's timeout does that) still removes what its tests
+made: here a namespace held by a test that is still running when the signal comes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+from tests.conftest import REPO
+
+HOLDER = textwrap.dedent("""
+    import time
+    from tests.netns import namespace
+
+    def test_hold():
+        with namespace() as ns:
+            print("HOLDING", ns, flush=True)
+            time.sleep(120)
+""")
+
+
+def _namespaces() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def test_a_run_stopped_by_sigterm_removes_its_namespaces(tmp_path):
+    (tmp_path / "test_holder.py").write_text(HOLDER)
+    # the suite's conftest as a plugin: the holder lives outside tests/
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
+                             "-p", "tests.conftest", "--rootdir", str(tmp_path), str(tmp_path / "test_holder.py")],
+                            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    held = None
+    try:
+        for line in proc.stdout:
+            if line.startswith("HOLDING"):
+                held = line.split()[1]
+                break
+        assert held is not None and held in _namespaces(), "the holder test did not start"
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.communicate(timeout=30)[0]
+        assert proc.returncode != 0, rest
+        assert held not in _namespaces(), f"{held} left behind:\n{rest}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if held is not None and held in _namespaces():
+            subprocess.run(["ip", "netns", "del", held], check=False)

@@ -23,17 +23,18 @@ import struct
 import time
 
 from batmand.core.forwarding import FROM_HOST, TO_HOST, ForwardingTable
-from batmand.wire.fastpath import TTL_OFF, UNICAST_PREFIX_LEN, VLAN_ETHERTYPE, unicast_prefix
+from batmand.wire.fastpath import DEST_OFF, TTL_OFF, UNICAST_PREFIX_LEN, VLAN_ETHERTYPE, unicast_prefix
 
 from . import offload
 from .decision import (DELIVER, ETH_HEADER_LEN, HOST_IP4_KEY, HOST_KEY_MIN, IP4_MARK, MESH_IP4_KEY, MESH_KEY_MIN, SLOW,
-                       DeliverSeen, Forward, decide_host, decide_mesh, host_key, mesh_key)
+                       DeliverSeen, Forward, decide_host, decide_mesh, eth_fields, host_key, mesh_key)
 from .rings import TP_STATUS_CSUM_VALID, TP_STATUS_CSUMNOTREADY, RxRing, TxRing, error_name
 
 log = logging.getLogger("batmand")
 
 BATCH = 64  # frames per wake-up before the engine looks at its control messages again
 DECISION_CACHE = 4096  # cached forwarding decisions per hard interface
+SELECTIVE_FORGET = 512  # beyond this many cached decisions a route change forgets them all
 VNET = offload.VNET_HDR_LEN
 _VNET = offload.VNET_HDR
 _CSUM_FIELDS = struct.Struct("=HH")  # csum_start, csum_offset at offset 6 of a vnet header
@@ -75,12 +76,13 @@ class HostRoute:
     """A cached fast-path decision for frames from the host with given addresses: the
     port, the 24-byte prefix, the ready transmit-ring heads, and use since the last look."""
 
-    __slots__ = ("port", "prefix", "client", "hits", "plain_head", "partial_heads")
+    __slots__ = ("port", "prefix", "client", "dest", "hits", "plain_head", "partial_heads")
 
-    def __init__(self, port: Port, prefix: bytes, client: tuple) -> None:
+    def __init__(self, port: Port, prefix: bytes, client: tuple, dest: tuple) -> None:
         self.port = port
         self.prefix = prefix
         self.client = client
+        self.dest = dest  # (mac, vid) of the client the frames go to
         self.hits = 0
         self.plain_head = offload.VNET_PLAIN + prefix if port.tx.vnet_hdr else prefix
         self.partial_heads: dict = {}  # (csum_start, csum_offset) -> partial_head()
@@ -125,7 +127,35 @@ class Engine:
 
     def apply(self, update) -> None:
         self.fwd.apply(update)
-        self._forget_decisions()
+        if update.local_clients or update.own_ttvn is not None or update.slow_path is not None:
+            self._forget_decisions()  # every decision may read these
+        else:
+            self._forget_routes(update.origs, update.clients)
+
+    def _forget_routes(self, origs: dict, clients: dict) -> None:
+        """Only originators' routes and clients' originators changed (a router switch, a
+        client that moved: in a large mesh many times a second): forget the decisions that
+        read them, keep the others. Large caches are forgotten whole, which costs less than
+        looking through them."""
+        host, ports = self._host_cache, self.ports.values()
+        if len(host) > SELECTIVE_FORGET or any(len(p.decisions) > SELECTIVE_FORGET for p in ports):
+            self._forget_decisions()
+            return
+        now = time.monotonic()
+        for key in [k for k, route in host.items()
+                    if route.prefix[DEST_OFF:DEST_OFF + 6] in origs or route.dest in clients]:
+            route = host.pop(key)
+            if route.hits:
+                self._seen[route.client] = now
+        for port in ports:
+            # a mesh decision reads the route toward the frame's destination originator (a
+            # key starts with our header; the fast IPv4 key is a tuple whose first item
+            # does), never the clients' originators
+            decisions = port.decisions
+            for key in [k for k in decisions if (k[0] if k.__class__ is tuple else k)[DEST_OFF:DEST_OFF + 6] in origs]:
+                decision = decisions.pop(key)
+                if decision.__class__ is DeliverSeen and decision.hits:
+                    self._seen[decision.client] = now
 
     def set_table(self, table: ForwardingTable) -> None:
         """A whole new forwarding table (a restart's or a resync's)."""
@@ -342,8 +372,9 @@ class Engine:
         port = self.ports.get(decision.iface)
         if port is None:
             return None
+        dst, _src, vid, _ethertype, _l3 = eth_fields(frame, 0)  # (decide_host read them)
         route = HostRoute(port, unicast_prefix(decision.next_hop, port.mac, decision.orig, decision.ttvn),
-                          decision.client)
+                          decision.client, (dst, vid))
         if len(self._host_cache) >= DECISION_CACHE:
             self._take_cache_hits()
             self._host_cache.clear()  # the host varying addresses cannot grow it

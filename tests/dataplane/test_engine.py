@@ -8,6 +8,7 @@ the core's own Deliver / Transmit actions carry for the same frame
 
 from __future__ import annotations
 
+import contextlib
 import random
 import select
 import socket
@@ -84,6 +85,43 @@ def _received(sock: socket.socket, wait: float = 0.05) -> list[bytes]:
             frames.append(data)
 
 
+@contextlib.contextmanager
+def veth_and_tap(neighbour: Mac):
+    """Two namespaces joined by a veth: va (the neighbour's end, MAC `neighbour`,
+    promiscuous) and vb (ours, OURS) with a TAP as bat0 beside it. Yields bat0, vb as a
+    Port (its rings), a packet socket on bat0 (the host) and one on va (the wire); all of
+    it closed and removed afterwards."""
+    with namespace() as ns_a, namespace() as ns_b:
+        for ns in (ns_a, ns_b):  # no IPv6 chatter of the hosts' own among the frames
+            subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
+                            "net.ipv6.conf.default.disable_ipv6=1"], check=True)
+        subprocess.run(["ip", "-n", ns_a, "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns", ns_b],
+                       check=True)
+        subprocess.run(["ip", "-n", ns_a, "link", "set", "va", "address", neighbour.hex(":"), "promisc", "on", "up"],
+                       check=True)
+        subprocess.run(["ip", "-n", ns_b, "link", "set", "vb", "address", OURS.hex(":"), "up"], check=True)
+        with entered(ns_b):
+            soft = SoftInterface("bat0", mac=bytes(SOFT))
+        try:
+            with entered(ns_b):
+                soft.set_offload(True, False)
+                soft.up()
+                port = Port("vb", bytes(OURS), 1500, RxRing("vb", frames=256, vnet_hdr=True,
+                                                            program=bpf.UNICAST_ONLY), TxRing("vb", vnet_hdr=True))
+                host = _packet_socket("bat0")
+            with entered(ns_a):
+                wire = _packet_socket("va")
+            try:
+                yield soft, port, host, wire
+            finally:
+                host.close()
+                wire.close()
+                port.rx.close()
+                port.tx.close()
+        finally:
+            soft.close()
+
+
 def _serve(engine: Engine, port: Port, fds: list[int], wait: float = 0.15) -> None:
     """Run the engine's handlers for whatever its ring and TAP have, for `wait` seconds."""
     deadline = time.monotonic() + wait
@@ -128,58 +166,35 @@ def test_engine_does_what_the_decisions_and_the_core_say(gro):
                                                             *[Encapsulate("vb", NEIGHBOUR, NEIGHBOUR, 1, (MINE, 0))] * 2]
 
     slow_host, slow_mesh = [], []
-    with namespace() as ns_a, namespace() as ns_b:
-        for ns in (ns_a, ns_b):  # no IPv6 chatter of the hosts' own among the frames
-            subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
-                            "net.ipv6.conf.default.disable_ipv6=1"], check=True)
-        subprocess.run(["ip", "-n", ns_a, "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns", ns_b],
-                       check=True)
-        subprocess.run(["ip", "-n", ns_a, "link", "set", "va", "address", NEIGHBOUR.hex(":"), "up"], check=True)
-        subprocess.run(["ip", "-n", ns_b, "link", "set", "vb", "address", OURS.hex(":"), "up"], check=True)
-        with entered(ns_b):
-            soft = SoftInterface("bat0", mac=bytes(SOFT))
-            soft.set_offload(True, False)
-            soft.up()
-            port = Port("vb", bytes(OURS), 1500, RxRing("vb", frames=256, vnet_hdr=True, program=bpf.UNICAST_ONLY),
-                        TxRing("vb", vnet_hdr=True))
-            host = _packet_socket("bat0")
-        with entered(ns_a):
-            wire = _packet_socket("va")
-        try:
-            engine = Engine(soft.fd, slow_host.append, lambda ifname, frame: slow_mesh.append(frame), gro=gro)
-            engine.add_port(port)
-            engine.set_ports({"vb": (bytes(OURS), 1500)}, bytes(OURS), False)
-            engine.set_table(table)
-            fds = [port.rx.fileno(), soft.fd]
-            for name, frame in [*from_mesh.items(), *from_host.items()]:
-                is_host = frame in from_host.values()
-                for _ in range(2):  # the second time from the engine's cache
-                    slow_host.clear()
-                    slow_mesh.clear()
-                    _received(host, 0)
-                    _received(wire, 0)
-                    (host if is_host else wire).send(frame)
-                    _serve(engine, port, fds)
-                    delivered = _received(host)
-                    sent = [f for f in _received(wire) if f[12:14] == b"\x43\x05"]
-                    core = mesh.soft_iface_frame(NOW, frame) if is_host else mesh.receive(NOW, "vb", frame)
-                    kind = kinds[("host: " if is_host else "") + name]
-                    if kind is SLOW:
-                        assert (slow_host if is_host else slow_mesh) == [frame], name
-                        assert sent == [] and delivered == [], name
-                    elif kind is DELIVER:
-                        expected = [_as_received(a.frame) for a in core if isinstance(a, Deliver)]
-                        assert delivered == expected == [_as_received(frame[24:])], name
-                        assert sent == [] and slow_mesh == [], name
-                    else:
-                        assert sent == [a.frame for a in core if isinstance(a, Transmit)], name
-                        assert len(sent) == 1 and delivered == [] and slow_mesh == slow_host == [], name
-            # one TAP write per delivered frame, each counted where GRO counts its writes
-            assert engine.counters["gro_written"] == (engine.counters["rx"] if gro else 0)
-            assert engine.counters["gro_merged"] == 0 and engine.counters["rx"] > 0
-        finally:
-            host.close()
-            wire.close()
-            port.rx.close()
-            port.tx.close()
-            soft.close()
+    with veth_and_tap(NEIGHBOUR) as (soft, port, host, wire):
+        engine = Engine(soft.fd, slow_host.append, lambda ifname, frame: slow_mesh.append(frame), gro=gro)
+        engine.add_port(port)
+        engine.set_ports({"vb": (bytes(OURS), 1500)}, bytes(OURS), False)
+        engine.set_table(table)
+        fds = [port.rx.fileno(), soft.fd]
+        for name, frame in [*from_mesh.items(), *from_host.items()]:
+            is_host = frame in from_host.values()
+            for _ in range(2):  # the second time from the engine's cache
+                slow_host.clear()
+                slow_mesh.clear()
+                _received(host, 0)
+                _received(wire, 0)
+                (host if is_host else wire).send(frame)
+                _serve(engine, port, fds)
+                delivered = _received(host)
+                sent = [f for f in _received(wire) if f[12:14] == b"\x43\x05"]
+                core = mesh.soft_iface_frame(NOW, frame) if is_host else mesh.receive(NOW, "vb", frame)
+                kind = kinds[("host: " if is_host else "") + name]
+                if kind is SLOW:
+                    assert (slow_host if is_host else slow_mesh) == [frame], name
+                    assert sent == [] and delivered == [], name
+                elif kind is DELIVER:
+                    expected = [_as_received(a.frame) for a in core if isinstance(a, Deliver)]
+                    assert delivered == expected == [_as_received(frame[24:])], name
+                    assert sent == [] and slow_mesh == [], name
+                else:
+                    assert sent == [a.frame for a in core if isinstance(a, Transmit)], name
+                    assert len(sent) == 1 and delivered == [] and slow_mesh == slow_host == [], name
+        # one TAP write per delivered frame, each counted where GRO counts its writes
+        assert engine.counters["gro_written"] == (engine.counters["rx"] if gro else 0)
+        assert engine.counters["gro_merged"] == 0 and engine.counters["rx"] > 0

@@ -10,23 +10,16 @@ decide_host / decide_mesh say on an independent copy of the table."""
 from __future__ import annotations
 
 import random
-import subprocess
 
 from batmand.core.events import ClientRoute, ForwardingUpdate, OrigRoute
 from batmand.core.forwarding import ForwardingTable
-from batmand.daemon.softif import SoftInterface
-from batmand.dataplane import bpf
 from batmand.dataplane.decision import DELIVER, SLOW, Encapsulate, Forward, decide_host, decide_mesh
-from batmand.dataplane.engine import Engine, Port
-from batmand.dataplane.rings import RxRing, TxRing
+from batmand.dataplane.engine import Engine
 from batmand.wire import Mac
 from batmand.wire.fastpath import DEST_OFF
 from tests.dataplane.test_decision import ethernet, unicast
-from tests.dataplane.test_engine import _packet_socket, _received, _serve
-from tests.netns import entered, namespace
+from tests.dataplane.test_engine import OURS, _received, _serve, veth_and_tap
 
-SOFT = Mac("02:00:00:00:00:aa")
-OURS = Mac("02:00:00:00:0b:0b")
 HOPS = [Mac(f"02:5e:00:00:01:{i:02x}") for i in range(2)]  # next hops, behind the veth
 ORIGS = [Mac(f"02:5e:00:00:02:{i:02x}") for i in range(4)]
 CLIENTS = [Mac(f"06:c1:00:00:00:{i:02x}") for i in range(6)]
@@ -72,68 +65,45 @@ def test_decisions_kept_across_route_changes_are_the_tables_decisions():
     for_us = [unicast(OURS, HOPS[1], OURS, 0, ethernet(MINE, CLIENTS[2], None, 0x0800, bytes(46)))]
     slow_host, slow_mesh = [], []
     kept = 0  # rounds after which decisions stayed cached
-    with namespace() as ns_a, namespace() as ns_b:
-        for ns in (ns_a, ns_b):  # no IPv6 chatter of the hosts' own among the frames
-            subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1",
-                            "net.ipv6.conf.default.disable_ipv6=1"], check=True)
-        subprocess.run(["ip", "-n", ns_a, "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns", ns_b],
-                       check=True)
-        subprocess.run(["ip", "-n", ns_a, "link", "set", "va", "address", HOPS[0].hex(":"), "promisc", "on", "up"],
-                       check=True)
-        subprocess.run(["ip", "-n", ns_b, "link", "set", "vb", "address", OURS.hex(":"), "up"], check=True)
-        with entered(ns_b):
-            soft = SoftInterface("bat0", mac=bytes(SOFT))
-            soft.set_offload(True, False)
-            soft.up()
-            port = Port("vb", bytes(OURS), 1500, RxRing("vb", frames=256, vnet_hdr=True, program=bpf.UNICAST_ONLY),
-                        TxRing("vb", vnet_hdr=True))
-            host = _packet_socket("bat0")
-        with entered(ns_a):
-            wire = _packet_socket("va")
-        try:
-            engine = Engine(soft.fd, slow_host.append, lambda ifname, frame: slow_mesh.append(frame), gro=False)
-            engine.add_port(port)
-            engine.set_ports({"vb": (bytes(OURS), 1500)}, bytes(OURS), False)
-            engine.set_table(ForwardingTable())
-            engine.apply(oracle.snapshot())
-            fds = [port.rx.fileno(), soft.fd]
-            seen = set()
-            for round_ in range(ROUNDS + 1):
-                if round_:
-                    update = _change(rng, oracle)
-                    oracle.apply(update)
-                    cached = len(engine._host_cache) + len(port.decisions)
-                    engine.apply(update)
-                    kept += bool(not update.local_clients and cached and (engine._host_cache or port.decisions))
-                for frame in from_host + to_forward + for_us:
-                    is_host = frame in from_host
-                    slow_host.clear()
-                    slow_mesh.clear()
-                    _received(host, 0)
-                    _received(wire, 0)
-                    (host if is_host else wire).send(frame)
-                    _serve(engine, port, fds, wait=0.03)
-                    delivered = _received(host, 0.01)
-                    sent = [f for f in _received(wire, 0.01) if f[12:14] == b"\x43\x05"]
-                    kind = decide_host(frame, oracle) if is_host else decide_mesh(frame, OURS, OURS, oracle, False)
-                    seen.add(type(kind).__name__ if kind not in (SLOW, DELIVER) else kind)
-                    where = f"round {round_}, {'host' if is_host else 'mesh'} frame to {frame[DEST_OFF:DEST_OFF + 6].hex(':') if not is_host else frame[:6].hex(':')}: {kind}"
-                    if kind is SLOW:
-                        assert (slow_host if is_host else slow_mesh) == [frame] and not sent and not delivered, where
-                    elif kind is DELIVER:
-                        assert delivered == [frame[24:]] and not sent and not slow_mesh, where
-                    elif isinstance(kind, Encapsulate):
-                        assert [(f[:6], f[6:12], f[DEST_OFF:DEST_OFF + 6], f[17], f[24:]) for f in sent] == \
-                            [(kind.next_hop, OURS, kind.orig, kind.ttvn, frame)] and not slow_host, where
-                    else:
-                        assert isinstance(kind, Forward), where
-                        assert [(f[:6], f[6:12], f[24:]) for f in sent] == [(kind.next_hop, OURS, frame[24:])] \
-                            and not slow_mesh, where
-        finally:
-            host.close()
-            wire.close()
-            port.rx.close()
-            port.tx.close()
-            soft.close()
+    with veth_and_tap(HOPS[0]) as (soft, port, host, wire):
+        engine = Engine(soft.fd, slow_host.append, lambda ifname, frame: slow_mesh.append(frame), gro=False)
+        engine.add_port(port)
+        engine.set_ports({"vb": (bytes(OURS), 1500)}, bytes(OURS), False)
+        engine.set_table(ForwardingTable())
+        engine.apply(oracle.snapshot())
+        fds = [port.rx.fileno(), soft.fd]
+        seen = set()
+        for round_ in range(ROUNDS + 1):
+            if round_:
+                update = _change(rng, oracle)
+                oracle.apply(update)
+                cached = len(engine._host_cache) + len(port.decisions)
+                engine.apply(update)
+                kept += bool(not update.local_clients and cached and (engine._host_cache or port.decisions))
+            for frame in from_host + to_forward + for_us:
+                is_host = frame in from_host
+                slow_host.clear()
+                slow_mesh.clear()
+                _received(host, 0)
+                _received(wire, 0)
+                (host if is_host else wire).send(frame)
+                _serve(engine, port, fds, wait=0.03)
+                delivered = _received(host, 0.01)
+                sent = [f for f in _received(wire, 0.01) if f[12:14] == b"\x43\x05"]
+                kind = decide_host(frame, oracle) if is_host else decide_mesh(frame, OURS, OURS, oracle, False)
+                seen.add(type(kind).__name__ if kind not in (SLOW, DELIVER) else kind)
+                to = frame[:6] if is_host else frame[DEST_OFF:DEST_OFF + 6]
+                where = f"round {round_}, {'host' if is_host else 'mesh'} frame to {to.hex(':')}: {kind}"
+                if kind is SLOW:
+                    assert (slow_host if is_host else slow_mesh) == [frame] and not sent and not delivered, where
+                elif kind is DELIVER:
+                    assert delivered == [frame[24:]] and not sent and not slow_mesh, where
+                elif isinstance(kind, Encapsulate):
+                    assert [(f[:6], f[6:12], f[DEST_OFF:DEST_OFF + 6], f[17], f[24:]) for f in sent] == \
+                        [(kind.next_hop, OURS, kind.orig, kind.ttvn, frame)] and not slow_host, where
+                else:
+                    assert isinstance(kind, Forward), where
+                    assert [(f[:6], f[6:12], f[24:]) for f in sent] == [(kind.next_hop, OURS, frame[24:])] \
+                        and not slow_mesh, where
     assert seen >= {SLOW, DELIVER, "Encapsulate", "Forward"}, seen  # every kind of decision was met
     assert kept > ROUNDS // 3, kept  # a route change left the other routes' decisions cached

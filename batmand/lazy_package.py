@@ -25,9 +25,7 @@ def register(name: str) -> None:
     module = importlib.util.module_from_spec(spec)
 
     def __getattr__(attr: str):
-        if attr.startswith("__"):
-            raise AttributeError(attr)  # introspection (copy, pickle, inspect) needs no __init__
-        if importlib.util.find_spec(f"{name}.{attr}") is not None:
+        if not attr.startswith("__") and importlib.util.find_spec(f"{name}.{attr}") is not None:
             return importlib.import_module(f"{name}.{attr}")  # `from pyroute2 import config`: a submodule
         del module.__getattr__  # once: the __init__ fills the namespace
         spec.loader.exec_module(module)

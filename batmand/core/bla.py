@@ -17,9 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import crc32c
-
 from batmand.wire import Bcast, InnerFrame, Mac, Mcast, Unicast4Addr
+from batmand.wire.tt_crc import crc32c
 
 from . import bla_frames as frames
 from .bla_frames import ANNOUNCE, ANNOUNCE_PREFIX, BROADCAST, CLAIM, LOOPDETECT, REQUEST, UNCLAIM, crc16
@@ -409,7 +408,7 @@ class Bla:
     def _duplicate(self, payload: bytes, orig: bytes | None, now: float) -> bool:
         """batadv_bla_check_duplist: the same payload within 500 ms from another way in (a
         sender repeating itself is caught by its seqnos, not here)."""
-        crc = crc32c.crc32c(payload)
+        crc = crc32c(payload)
         for i in range(DUPLIST_SIZE):
             entry = self.duplist[(self.duplist_curr + i) % DUPLIST_SIZE]
             if now - entry.when > DUPLIST_TIMEOUT:

@@ -20,7 +20,7 @@ import struct
 from dataclasses import dataclass
 from typing import Iterator
 
-from . import lazy_package
+from batmand import lazy_package
 
 lazy_package.register("pyroute2")  # its message classes only, not every API it has
 

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from . import lazy_package
+from batmand import lazy_package
 
 lazy_package.register("pyroute2")  # its message classes only, not every API it has
 

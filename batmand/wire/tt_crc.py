@@ -10,14 +10,21 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 
-import crc32c as _crc32c
+from batmand import lazy_package
 
 from .constants import TT_SYNC_MASK
 
+lazy_package.register("crc32c")  # its C function, without the __init__ (see lazy_package)
+try:
+    from crc32c._crc32c import crc32c
+except ImportError:  # a release that keeps it elsewhere
+    from crc32c import crc32c
+
 
 def crc32c_raw(data: bytes, seed: int = 0) -> int:
-    """Linux crc32c(seed, data): no pre- or post-inversion (the crc32c package inverts both)."""
-    return _crc32c.crc32c(data, seed ^ 0xFFFFFFFF) ^ 0xFFFFFFFF
+    """Linux crc32c(seed, data): no pre- or post-inversion (the crc32c package's `crc32c`,
+    also exported here, inverts both)."""
+    return crc32c(data, seed ^ 0xFFFFFFFF) ^ 0xFFFFFFFF
 
 
 def tt_entry_crc(addr: bytes, vid: int, flags: int = 0) -> int:

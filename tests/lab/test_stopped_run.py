@@ -13,14 +13,27 @@ import time
 from tests.conftest import REPO
 
 HOLDER = textwrap.dedent("""
+    import os
     import time
     from tests.netns import namespace
 
     def test_hold():
         with namespace() as ns:
-            print("HOLDING", ns, flush=True)
+            child = os.fork()  # as pyroute2 forks a helper into a namespace
+            if child == 0:
+                time.sleep(120)
+                os._exit(0)
+            print("HOLDING", ns, child, flush=True)
             time.sleep(120)
 """)
+
+
+def _state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
 
 
 def _namespaces() -> set[str]:
@@ -39,9 +52,17 @@ def test_a_run_stopped_by_sigterm_removes_its_namespaces(tmp_path):
     try:
         for line in proc.stdout:
             if line.startswith("HOLDING"):
-                held = line.split()[1]
+                held, child = line.split()[1], int(line.split()[2])
                 break
         assert held is not None and held in _namespaces(), "the holder test did not start"
+        # a fork of the run dies of SIGTERM at once, without running the run's teardown
+        os.kill(child, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while os.path.exists(f"/proc/{child}") and _state(child) != "Z" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _state(child) in ("Z", None), "the fork outlived SIGTERM"
+        time.sleep(0.5)
+        assert held in _namespaces(), "the fork removed the run's namespace"
         proc.send_signal(signal.SIGTERM)
         rest = proc.communicate(timeout=30)[0]
         assert proc.returncode != 0, rest

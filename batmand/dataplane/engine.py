@@ -54,6 +54,23 @@ class Port:
         self.rx = rx
         self.tx = tx
         self.decisions: dict = {}  # decision.mesh_key of a received frame -> Engine._decide()
+        # A socket with a TX ring sends only from its ring, so a lone frame goes out by a
+        # plain send on the receive socket (bound to the interface, through the same qdisc):
+        # no slot to fill and no kick. `direct_vnet` goes in front of the transmit ring's
+        # headers when only the receive socket takes a vnet header; None: no plain sends.
+        self.direct_vnet = b"" if rx.vnet_hdr == tx.vnet_hdr else offload.VNET_PLAIN if rx.vnet_hdr else None
+
+    def send_direct(self, head: bytes, frame) -> bool:
+        """Send one frame (`head` as for the transmit ring) at once. False: it was not sent
+        (frames wait in the ring, which they must not overtake; the socket's buffer is full;
+        the interface is down), and the transmit ring takes it with its own rules."""
+        if self.direct_vnet is None or self.tx.pending:
+            return False
+        try:
+            self.rx.sock.sendmsg((self.direct_vnet + head, frame) if self.direct_vnet else (head, frame))
+        except OSError:
+            return False
+        return True
 
 
 def table_sizes(table: ForwardingTable) -> dict:
@@ -115,6 +132,7 @@ class Engine:
         self._tap_readinto = io.FileIO(tap_fd, "rb", closefd=False).readinto if tap_fd >= 0 else None
         self._host_cache: dict = {}  # decision.host_key of a host frame -> HostRoute
         self._host_l4 = self._mesh_l4 = False  # the keys include the IP protocol and port (slow-path rules)
+        self._tap_lone = True  # the last TAP wake-up read at most one frame
         self.counters = dict.fromkeys(
             ("tx", "tx_bytes", "rx", "rx_bytes", "forward", "forward_bytes", "slow_host", "slow_mesh",
              "tso_frames", "tso_segments", "gro_merged", "gro_written", "tap_write_dropped", "tx_ring_full",
@@ -201,7 +219,11 @@ class Engine:
         offloading, l4, header_len, short = self.csum_offload, self._host_l4, ETH_HEADER_LEN, VNET + HOST_KEY_MIN
         ip4_key, ip4_len = HOST_IP4_KEY.unpack_from, VNET + HOST_IP4_KEY.size
         sent = sent_bytes = 0
-        for _ in range(BATCH):
+        # While frames come one per wake-up, the first leaves at once by a plain send rather
+        # than after the read that says EAGAIN; in a stream they share one ring kick.
+        lone = self._tap_lone
+        i = 0
+        for i in range(BATCH):
             try:
                 n = readinto(buf)
             except OSError as exc:  # the queue is detached or the TAP going away
@@ -243,15 +265,18 @@ class Engine:
                     frame = bytearray(frame)
                     offload.finish_checksum(frame, csum_start, csum_offset)
                     head = route.plain_head
-                if route.port.tx.put((head, frame), len(head) + n - VNET):
+                port = route.port
+                if (lone and not i and port.send_direct(head, frame)) or port.tx.put((head, frame),
+                                                                                     len(head) + n - VNET):
                     route.hits += 1
-                    touched.add(route.port)
+                    touched.add(port)
                     sent += 1
                     sent_bytes += n - VNET
                 else:
                     counters["tx_ring_full"] += 1
                 continue
             self._to_slow_host(frame, (csum_start, csum_offset) if needs_csum else None)
+        self._tap_lone = i <= 1
         counters["tx"] += sent
         counters["tx_bytes"] += sent_bytes
 

@@ -391,8 +391,9 @@ class Engine:
         coalescer) or forward in place; the rest to the slow path. Whatever happens, the
         batch's slots go back to the kernel."""
         touched = set()
+        lone = False
         try:
-            self._on_port(port, touched)
+            lone = self._on_port(port, touched)
             if self.gro:
                 self._flush_gro()
         except Exception:
@@ -401,8 +402,12 @@ class Engine:
         finally:
             port.rx.release()
         self._flush(touched)
+        if lone:
+            # The host often answers a lone frame inside our TAP write (a ping, a request):
+            # the answer is read now, not after a trip through the event loop.
+            self.on_tap()
 
-    def _on_port(self, port: Port, touched: set) -> None:
+    def _on_port(self, port: Port, touched: set) -> bool:
         ring = port.rx
         view = ring.view
         counters = self.counters
@@ -421,6 +426,7 @@ class Engine:
             counters["truncated"] += ring.truncated
             ring.truncated = 0
         delivered = forwarded = delivered_bytes = forwarded_bytes = 0
+        lone = False  # a lone frame was written to the TAP
         for off, length, status in batch:
             if status & TP_STATUS_CSUMNOTREADY:
                 _f, _g, _h, _s, csum_start, csum_offset = _VNET.unpack_from(view, off - VNET)
@@ -465,6 +471,7 @@ class Engine:
                     _VNET.pack_into(view, off + 14, _DATA_VALID if csum == offload.CSUM_VALID else 0, 0, 0, 0, 0, 0)
                 try:
                     os.write(tap, view[off + 14:off + length])
+                    lone = True
                 except BlockingIOError:
                     counters["tap_write_dropped"] += 1
                 except OSError as exc:  # EIO: bat0 is down
@@ -502,6 +509,7 @@ class Engine:
         counters["rx_bytes"] += delivered_bytes
         counters["forward"] += forwarded
         counters["forward_bytes"] += forwarded_bytes
+        return lone
 
     def port_error(self, port: Port) -> bool:
         """Read, clear and count the receive socket's pending error: ENETDOWN when the

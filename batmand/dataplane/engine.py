@@ -26,8 +26,9 @@ from batmand.core.forwarding import FROM_HOST, TO_HOST, ForwardingTable
 from batmand.wire.fastpath import TTL_OFF, UNICAST_PREFIX_LEN, VLAN_ETHERTYPE, unicast_prefix
 
 from . import offload
-from .decision import (DELIVER, ETH_HEADER_LEN, HOST_IP4_KEY, HOST_KEY_MIN, IP4_MARK, MESH_IP4_KEY, MESH_KEY_MIN, SLOW,
-                       DeliverSeen, Forward, decide_host, decide_mesh, host_key, mesh_key)
+from .decision import (DELIVER, ETH_HEADER_LEN, HOST_IP4_KEY, HOST_IP4_PROTO_KEY, HOST_KEY_MIN, HOST_PROTO_OFF,
+                       IP4_MARK, MESH_IP4_KEY, MESH_IP4_PROTO_KEY, MESH_KEY_MIN, MESH_PROTO_OFF, SLOW, DeliverSeen,
+                       Forward, decide_host, decide_mesh, host_key, mesh_key)
 from .rings import TP_STATUS_CSUM_VALID, TP_STATUS_CSUMNOTREADY, RxRing, TxRing, error_name
 
 log = logging.getLogger("batmand")
@@ -132,6 +133,7 @@ class Engine:
         self._tap_readinto = io.FileIO(tap_fd, "rb", closefd=False).readinto if tap_fd >= 0 else None
         self._host_cache: dict = {}  # decision.host_key of a host frame -> HostRoute
         self._host_l4 = self._mesh_l4 = False  # the keys include the IP protocol and port (slow-path rules)
+        self._host_ports = self._mesh_ports = frozenset()  # protocols whose port the keys include
         self._tap_lone = True  # the last TAP wake-up read at most one frame
         self.counters = dict.fromkeys(
             ("tx", "tx_bytes", "rx", "rx_bytes", "forward", "forward_bytes", "slow_host", "slow_mesh",
@@ -157,6 +159,8 @@ class Engine:
             port.decisions.clear()
         self._host_l4 = self.fwd.slow_path.l4(FROM_HOST)
         self._mesh_l4 = self.fwd.slow_path.l4(TO_HOST)
+        self._host_ports = self.fwd.slow_path.port_protos(FROM_HOST)
+        self._mesh_ports = self.fwd.slow_path.port_protos(TO_HOST)
 
     def set_ports(self, ports: dict[str, tuple[bytes, int]], primary: bytes | None, wifi: bool) -> None:
         """Interface addresses and MTUs changed (rings are attached with add_port)."""
@@ -218,6 +222,7 @@ class Engine:
         cache, counters = self._host_cache, self.counters
         offloading, l4, header_len, short = self.csum_offload, self._host_l4, ETH_HEADER_LEN, VNET + HOST_KEY_MIN
         ip4_key, ip4_len = HOST_IP4_KEY.unpack_from, VNET + HOST_IP4_KEY.size
+        proto_key, ports, proto_at = HOST_IP4_PROTO_KEY.unpack_from, self._host_ports, VNET + HOST_PROTO_OFF
         sent = sent_bytes = 0
         # While frames come one per wake-up, the first leaves at once by a plain send rather
         # than after the read that says EAGAIN; in a stream they share one ring kick.
@@ -250,9 +255,9 @@ class Engine:
             if not l4:
                 key = bytes(buf[VNET:VNET + header_len[buf[VNET + 12]]])
             elif n >= ip4_len and buf[VNET + 12:VNET + 15] == IP4_MARK:
-                key = ip4_key(buf, VNET)
+                key = ip4_key(buf, VNET) if buf[proto_at] in ports else proto_key(buf, VNET)
             else:
-                key = host_key(frame, True)
+                key = host_key(frame, True, ports)
             route = cache.get(key)
             if route is None:
                 route = self._host_route(frame, key)
@@ -314,7 +319,7 @@ class Engine:
             return
         self.counters["tso_frames"] += 1
         self.counters["tso_segments"] += len(parts)
-        key = host_key(frame, self._host_l4)
+        key = host_key(frame, self._host_l4, self._host_ports)
         route = self._host_cache.get(key) or self._host_route(frame, key)
         if route is None or len(parts[0][0]) + gso_size + UNICAST_PREFIX_LEN - 14 > route.port.mtu:
             csum = (csum_start, 16) if self.csum_offload else None  # the TCP checksum, left partial
@@ -417,6 +422,7 @@ class Engine:
         decisions = port.decisions
         l4, short, ttl_off = self._mesh_l4, MESH_KEY_MIN, TTL_OFF
         ip4_key, ip4_len, mark = MESH_IP4_KEY.unpack_from, MESH_IP4_KEY.size, UNICAST_PREFIX_LEN + 12
+        proto_key, ports, proto_at = MESH_IP4_PROTO_KEY.unpack_from, self._mesh_ports, MESH_PROTO_OFF
         batch = ring.frames(BATCH)
         # the coalescer is empty between batches: a lone frame has nothing to merge with,
         # and is written at once rather than parsed, copied and queued
@@ -440,9 +446,9 @@ class Engine:
                 if not l4:
                     key = bytes(view[off:off + short])
                 elif length >= ip4_len and view[off + mark:off + mark + 3] == IP4_MARK:
-                    key = ip4_key(view, off)
+                    key = ip4_key(view, off) if view[off + proto_at] in ports else proto_key(view, off)
                 else:
-                    key = mesh_key(view[off:off + length], True)
+                    key = mesh_key(view[off:off + length], True, ports)
                 decision = decisions.get(key)
                 if decision is None:
                     decision = self._decide(port, view[off:off + length])

@@ -396,10 +396,13 @@ class Engine:
         coalescer) or forward in place; the rest to the slow path. Whatever happens, the
         batch's slots go back to the kernel."""
         touched = set()
-        lone = False
         try:
-            lone = self._on_port(port, touched)
-            if self.gro:
+            if self._on_port(port, touched):
+                # The host often answers a lone frame inside our TAP write (a ping, a request):
+                # the answer is read now, before the bookkeeping and the trip through the event
+                # loop. (A lone frame went past the coalescer: it has nothing to flush.)
+                self.on_tap()
+            elif self.gro:
                 self._flush_gro()
         except Exception:
             self._internal_error()
@@ -407,10 +410,6 @@ class Engine:
         finally:
             port.rx.release()
         self._flush(touched)
-        if lone:
-            # The host often answers a lone frame inside our TAP write (a ping, a request):
-            # the answer is read now, not after a trip through the event loop.
-            self.on_tap()
 
     def _on_port(self, port: Port, touched: set) -> bool:
         ring = port.rx
@@ -432,7 +431,7 @@ class Engine:
             counters["truncated"] += ring.truncated
             ring.truncated = 0
         delivered = forwarded = delivered_bytes = forwarded_bytes = 0
-        lone = False  # a lone frame was written to the TAP
+        lone = False  # a frame went to the TAP at once (a lone one; without gro, any)
         for off, length, status in batch:
             if status & TP_STATUS_CSUMNOTREADY:
                 _f, _g, _h, _s, csum_start, csum_offset = _VNET.unpack_from(view, off - VNET)

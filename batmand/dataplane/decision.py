@@ -41,10 +41,8 @@ _ETH_P_IP, _ETH_P_IPV6 = 0x0800, 0x86DD
 IP4_MARK = b"\x08\x00\x45"  # ethertype IPv4, version 4 and IHL 5: the bytes at ETH_HEADER_LEN - 2
 HOST_IP4_KEY = struct.Struct("14s9xB12x2s")  # Ethernet header; protocol at 23; port at 36
 MESH_IP4_KEY = struct.Struct(f"{INNER_OFF + 14}s9xB12x2s")  # our header + inner Ethernet header; the same
-# the same without the port, for a protocol whose port no rule reads (SlowPath.port_protos)
-HOST_IP4_PROTO_KEY = struct.Struct("14s9xB")
-MESH_IP4_PROTO_KEY = struct.Struct(f"{INNER_OFF + 14}s9xB")
-HOST_PROTO_OFF, MESH_PROTO_OFF = 23, INNER_OFF + 23  # the IPv4 protocol in an IP4_MARK frame
+# For a protocol whose port no rule reads (SlowPath.port_protos) the engine caches by the
+# key's first two fields: what host_key / mesh_key return with `ports`.
 
 
 class DeliverSeen:

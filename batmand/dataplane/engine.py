@@ -26,9 +26,8 @@ from batmand.core.forwarding import FROM_HOST, TO_HOST, ForwardingTable
 from batmand.wire.fastpath import TTL_OFF, UNICAST_PREFIX_LEN, VLAN_ETHERTYPE, unicast_prefix
 
 from . import offload
-from .decision import (DELIVER, ETH_HEADER_LEN, HOST_IP4_KEY, HOST_IP4_PROTO_KEY, HOST_KEY_MIN, HOST_PROTO_OFF,
-                       IP4_MARK, MESH_IP4_KEY, MESH_IP4_PROTO_KEY, MESH_KEY_MIN, MESH_PROTO_OFF, SLOW, DeliverSeen,
-                       Forward, decide_host, decide_mesh, host_key, mesh_key)
+from .decision import (DELIVER, ETH_HEADER_LEN, HOST_IP4_KEY, HOST_KEY_MIN, IP4_MARK, MESH_IP4_KEY, MESH_KEY_MIN, SLOW,
+                       DeliverSeen, Forward, decide_host, decide_mesh, host_key, mesh_key)
 from .rings import TP_STATUS_CSUM_VALID, TP_STATUS_CSUMNOTREADY, RxRing, TxRing, error_name
 
 log = logging.getLogger("batmand")
@@ -133,7 +132,7 @@ class Engine:
         self._tap_readinto = io.FileIO(tap_fd, "rb", closefd=False).readinto if tap_fd >= 0 else None
         self._host_cache: dict = {}  # decision.host_key of a host frame -> HostRoute
         self._host_l4 = self._mesh_l4 = False  # the keys include the IP protocol and port (slow-path rules)
-        self._host_ports = self._mesh_ports = frozenset()  # protocols whose port the keys include
+        self._host_ports = self._mesh_ports = frozenset()  # protocols whose port a rule reads
         self._tap_lone = True  # the last TAP wake-up read at most one frame
         self.counters = dict.fromkeys(
             ("tx", "tx_bytes", "rx", "rx_bytes", "forward", "forward_bytes", "slow_host", "slow_mesh",
@@ -222,7 +221,6 @@ class Engine:
         cache, counters = self._host_cache, self.counters
         offloading, l4, header_len, short = self.csum_offload, self._host_l4, ETH_HEADER_LEN, VNET + HOST_KEY_MIN
         ip4_key, ip4_len = HOST_IP4_KEY.unpack_from, VNET + HOST_IP4_KEY.size
-        proto_key, ports, proto_at = HOST_IP4_PROTO_KEY.unpack_from, self._host_ports, VNET + HOST_PROTO_OFF
         sent = sent_bytes = 0
         # While frames come one per wake-up, the first leaves at once by a plain send rather
         # than after the read that says EAGAIN; in a stream they share one ring kick.
@@ -255,9 +253,9 @@ class Engine:
             if not l4:
                 key = bytes(buf[VNET:VNET + header_len[buf[VNET + 12]]])
             elif n >= ip4_len and buf[VNET + 12:VNET + 15] == IP4_MARK:
-                key = ip4_key(buf, VNET) if buf[proto_at] in ports else proto_key(buf, VNET)
+                key = ip4_key(buf, VNET)
             else:
-                key = host_key(frame, True, ports)
+                key = host_key(frame, True, self._host_ports)
             route = cache.get(key)
             if route is None:
                 route = self._host_route(frame, key)
@@ -366,6 +364,11 @@ class Engine:
         """decide_host's answer as a route with its ready headers, cached by the frame's
         key (decision.host_key); None: the slow path (not cached: the core may learn the
         client any moment, and every table change clears the cache anyway)."""
+        if key.__class__ is tuple and key[1] not in self._host_ports:
+            key = key[:2]  # narrowed on a miss only: a stream's hits cost nothing more
+            route = self._host_cache.get(key)
+            if route is not None:
+                return route
         decision = decide_host(frame, self.fwd)
         if decision is SLOW:
             return None
@@ -390,6 +393,23 @@ class Engine:
             return decision
         out = self.ports.get(decision.iface)
         return SLOW if out is None else (out, bytes(decision.next_hop) + out.mac)
+
+    def _mesh_decision(self, port: Port, frame, key) -> object:
+        """_decide's answer for a frame whose key missed port.decisions, cached. The fast
+        IPv4 key of a protocol whose port no rule reads (ICMP: its checksum sits there) is
+        narrowed to (headers, protocol) first, here on a miss only, so a stream's hits cost
+        nothing more."""
+        decisions = port.decisions
+        if key.__class__ is tuple and key[1] not in self._mesh_ports:
+            key = key[:2]
+            decision = decisions.get(key)
+            if decision is not None:
+                return decision
+        decision = self._decide(port, frame)
+        if len(decisions) >= DECISION_CACHE:
+            decisions.clear()  # a peer varying addresses cannot grow it
+        decisions[key] = decision
+        return decision
 
     def on_port(self, port: Port) -> None:
         """A batch of UNICAST frames from a hard interface's ring: deliver (through the
@@ -421,7 +441,6 @@ class Engine:
         decisions = port.decisions
         l4, short, ttl_off = self._mesh_l4, MESH_KEY_MIN, TTL_OFF
         ip4_key, ip4_len, mark = MESH_IP4_KEY.unpack_from, MESH_IP4_KEY.size, UNICAST_PREFIX_LEN + 12
-        proto_key, ports, proto_at = MESH_IP4_PROTO_KEY.unpack_from, self._mesh_ports, MESH_PROTO_OFF
         batch = ring.frames(BATCH)
         # the coalescer is empty between batches: a lone frame has nothing to merge with,
         # and is written at once rather than parsed, copied and queued
@@ -445,15 +464,12 @@ class Engine:
                 if not l4:
                     key = bytes(view[off:off + short])
                 elif length >= ip4_len and view[off + mark:off + mark + 3] == IP4_MARK:
-                    key = ip4_key(view, off) if view[off + proto_at] in ports else proto_key(view, off)
+                    key = ip4_key(view, off)
                 else:
-                    key = mesh_key(view[off:off + length], True, ports)
+                    key = mesh_key(view[off:off + length], True, self._mesh_ports)
                 decision = decisions.get(key)
                 if decision is None:
-                    decision = self._decide(port, view[off:off + length])
-                    if len(decisions) >= DECISION_CACHE:
-                        decisions.clear()  # a peer varying addresses cannot grow it
-                    decisions[key] = decision
+                    decision = self._mesh_decision(port, view[off:off + length], key)
             if decision.__class__ is DeliverSeen:
                 decision.hits += 1
                 decision = DELIVER

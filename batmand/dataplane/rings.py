@@ -201,21 +201,16 @@ class RxRing:
             return self._frames_v3(budget)
         view, slots, n = self.map, self.slots, self.frame_nr
         unpack = TPACKET2_HDR.unpack_from
+        if not _U32.unpack_from(view, slots[self.index])[0] & TP_STATUS_USER:
+            self._resync()  # nothing at our index: we may have lost the kernel's position
         i = self.index
         out = []
         taken = self._taken
-        for k in range(budget):
+        for _ in range(budget):
             base = slots[i]
             status, length, snaplen, mac, _net = unpack(view, base)
             if not status & TP_STATUS_USER:
-                if k:
-                    break
-                self._resync()  # nothing at our index: we may have lost the kernel's position
-                if self.index == i:
-                    break
-                i = self.index
-                base = slots[i]
-                status, length, snaplen, mac, _net = unpack(view, base)
+                break
             if snaplen < length:
                 self.truncated += 1  # bigger than a slot (the MTU grew): not forwarded cut short
             else:

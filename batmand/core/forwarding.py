@@ -64,6 +64,13 @@ class SlowPath:
         cached decisions must be keyed by it too)."""
         return any(r.direction == direction and r.ip_proto is not None for r in self.rules)
 
+    def port_protos(self, direction: str) -> frozenset:
+        """The IP protocols whose destination port a rule in `direction` reads: for any
+        other protocol the 16 bits there (ICMP's checksum, say) decide nothing, and the
+        data plane's keys leave them out (else every ping would be a new key)."""
+        return frozenset(r.ip_proto for r in self.rules
+                         if r.direction == direction and r.ip_proto is not None and r.dst_port is not None)
+
 
 NO_SLOW_PATH = SlowPath()  # what a feature that needs nothing contributes (the same object every time)
 

@@ -12,7 +12,8 @@ with the same tables and frames and checks that they agree.
   `orig` via `next_hop`, the header carrying `ttvn`) or SLOW.
 
 Each depends only on the bytes mesh_key / host_key return (the headers, and the IP
-protocol and port while an L4 slow-path rule exists), so the engine caches decisions by
+protocol while an L4 slow-path rule exists, with the port when a rule reads that
+protocol's port), so the engine caches decisions by
 those bytes until the tables change; it leaves frames shorter than HOST_KEY_MIN /
 MESH_KEY_MIN (too short to be anything but SLOW or worse) to the core uncached."""
 
@@ -40,6 +41,8 @@ _ETH_P_IP, _ETH_P_IPV6 = 0x0800, 0x86DD
 IP4_MARK = b"\x08\x00\x45"  # ethertype IPv4, version 4 and IHL 5: the bytes at ETH_HEADER_LEN - 2
 HOST_IP4_KEY = struct.Struct("14s9xB12x2s")  # Ethernet header; protocol at 23; port at 36
 MESH_IP4_KEY = struct.Struct(f"{INNER_OFF + 14}s9xB12x2s")  # our header + inner Ethernet header; the same
+# For a protocol whose port no rule reads (SlowPath.port_protos) the engine caches by the
+# key's first two fields: what host_key / mesh_key return with `ports`.
 
 
 class DeliverSeen:
@@ -87,39 +90,43 @@ def eth_fields(frame, off: int) -> tuple[bytes, bytes, int, int, int] | None:
     return dst, src, VLAN_HAS_TAG | vid if vid else 0, frame[off + 16] << 8 | frame[off + 17], off + 18
 
 
-def l4_key(frame, l3: int, ethertype: int) -> bytes:
+def l4_key(frame, l3: int, ethertype: int, ports: frozenset | None = None) -> bytes:
     """What an L4 rule reads of the IP packet at `l3`: its protocol (IPv4 protocol, IPv6
     next header) and the two bytes at offset 2 of the L4 header (the destination port);
-    the protocol alone when the frame ends before them; b"" when the packet is not IPv4
-    or IPv6 or its IP header is cut short."""
+    the protocol alone when the frame ends before them or (`ports` given) no rule reads
+    this protocol's port; b"" when the packet is not IPv4 or IPv6 or its IP header is cut
+    short."""
     if ethertype == _ETH_P_IP and len(frame) >= l3 + 20:
         proto, l4 = frame[l3 + 9], l3 + (frame[l3] & 0x0F) * 4
     elif ethertype == _ETH_P_IPV6 and len(frame) >= l3 + 40:
         proto, l4 = frame[l3 + 6], l3 + 40
     else:
         return b""
-    return bytes((proto,)) + bytes(frame[l4 + 2:l4 + 4]) if len(frame) >= l4 + 4 else bytes((proto,))
+    if len(frame) < l4 + 4 or (ports is not None and proto not in ports):
+        return bytes((proto,))
+    return bytes((proto,)) + bytes(frame[l4 + 2:l4 + 4])
 
 
-def host_key(frame, l4: bool) -> bytes:
+def host_key(frame, l4: bool, ports: frozenset | None = None) -> bytes:
     """The bytes decide_host reads of a host frame: its Ethernet header (18 bytes with an
     802.1Q tag, else 14), and when `l4` (the table has FROM_HOST rules on the IP protocol)
-    the IP protocol and port."""
+    the IP protocol and port (the port only for `ports`, SlowPath.port_protos, if given)."""
     key = bytes(frame[:ETH_HEADER_LEN[frame[12]] if len(frame) > 12 else 14])
     if l4:
         fields = eth_fields(frame, 0)
-        key += l4_key(frame, fields[4], fields[3]) if fields else b""
+        key += l4_key(frame, fields[4], fields[3], ports) if fields else b""
     return key
 
 
-def mesh_key(frame, l4: bool) -> bytes:
+def mesh_key(frame, l4: bool, ports: frozenset | None = None) -> bytes:
     """The bytes decide_mesh reads of a received frame (l4: the table has TO_HOST rules
-    on the IP protocol): our header and the inner Ethernet header with a tag (untagged,
-    4 bytes more: a fixed length costs the engine less than looking for the tag)."""
+    on the IP protocol; `ports` as for host_key): our header and the inner Ethernet header
+    with a tag (untagged, 4 bytes more: a fixed length costs the engine less than looking
+    for the tag)."""
     key = bytes(frame[:MESH_KEY_MIN])
     if l4:
         fields = eth_fields(frame, INNER_OFF)
-        key += l4_key(frame, fields[4], fields[3]) if fields else b""
+        key += l4_key(frame, fields[4], fields[3], ports) if fields else b""
     return key
 
 

@@ -55,6 +55,23 @@ class Port:
         self.rx = rx
         self.tx = tx
         self.decisions: dict = {}  # decision.mesh_key of a received frame -> Engine._decide()
+        # A socket with a TX ring sends only from its ring, so a lone frame goes out by a
+        # plain send on the receive socket (bound to the interface, through the same qdisc):
+        # no slot to fill and no kick. `direct_vnet` goes in front of the transmit ring's
+        # headers when only the receive socket takes a vnet header; None: no plain sends.
+        self.direct_vnet = b"" if rx.vnet_hdr == tx.vnet_hdr else offload.VNET_PLAIN if rx.vnet_hdr else None
+
+    def send_direct(self, head: bytes, frame) -> bool:
+        """Send one frame (`head` as for the transmit ring) at once. False: it was not sent
+        (frames wait in the ring, which they must not overtake; the socket's buffer is full;
+        the interface is down), and the transmit ring takes it with its own rules."""
+        if self.direct_vnet is None or self.tx.pending:
+            return False
+        try:
+            self.rx.sock.sendmsg((self.direct_vnet + head, frame) if self.direct_vnet else (head, frame))
+        except OSError:
+            return False
+        return True
 
 
 def table_sizes(table: ForwardingTable) -> dict:
@@ -117,6 +134,8 @@ class Engine:
         self._tap_readinto = io.FileIO(tap_fd, "rb", closefd=False).readinto if tap_fd >= 0 else None
         self._host_cache: dict = {}  # decision.host_key of a host frame -> HostRoute
         self._host_l4 = self._mesh_l4 = False  # the keys include the IP protocol and port (slow-path rules)
+        self._host_ports = self._mesh_ports = frozenset()  # protocols whose port a rule reads
+        self._tap_lone = True  # the last TAP wake-up read at most one frame
         self.counters = dict.fromkeys(
             ("tx", "tx_bytes", "rx", "rx_bytes", "forward", "forward_bytes", "slow_host", "slow_mesh",
              "tso_frames", "tso_segments", "gro_merged", "gro_written", "tap_write_dropped", "tx_ring_full",
@@ -169,6 +188,8 @@ class Engine:
             port.decisions.clear()
         self._host_l4 = self.fwd.slow_path.l4(FROM_HOST)
         self._mesh_l4 = self.fwd.slow_path.l4(TO_HOST)
+        self._host_ports = self.fwd.slow_path.port_protos(FROM_HOST)
+        self._mesh_ports = self.fwd.slow_path.port_protos(TO_HOST)
 
     def set_ports(self, ports: dict[str, tuple[bytes, int]], primary: bytes | None, wifi: bool) -> None:
         """Interface addresses and MTUs changed (rings are attached with add_port)."""
@@ -231,7 +252,11 @@ class Engine:
         offloading, l4, header_len, short = self.csum_offload, self._host_l4, ETH_HEADER_LEN, VNET + HOST_KEY_MIN
         ip4_key, ip4_len = HOST_IP4_KEY.unpack_from, VNET + HOST_IP4_KEY.size
         sent = sent_bytes = 0
-        for _ in range(BATCH):
+        # While frames come one per wake-up, the first leaves at once by a plain send rather
+        # than after the read that says EAGAIN; in a stream they share one ring kick.
+        lone = self._tap_lone
+        i = 0
+        for i in range(BATCH):
             try:
                 n = readinto(buf)
             except OSError as exc:  # the queue is detached or the TAP going away
@@ -260,7 +285,7 @@ class Engine:
             elif n >= ip4_len and buf[VNET + 12:VNET + 15] == IP4_MARK:
                 key = ip4_key(buf, VNET)
             else:
-                key = host_key(frame, True)
+                key = host_key(frame, True, self._host_ports)
             route = cache.get(key)
             if route is None:
                 route = self._host_route(frame, key)
@@ -273,15 +298,18 @@ class Engine:
                     frame = bytearray(frame)
                     offload.finish_checksum(frame, csum_start, csum_offset)
                     head = route.plain_head
-                if route.port.tx.put((head, frame), len(head) + n - VNET):
+                port = route.port
+                if (lone and not i and port.send_direct(head, frame)) or port.tx.put((head, frame),
+                                                                                     len(head) + n - VNET):
                     route.hits += 1
-                    touched.add(route.port)
+                    touched.add(port)
                     sent += 1
                     sent_bytes += n - VNET
                 else:
                     counters["tx_ring_full"] += 1
                 continue
             self._to_slow_host(frame, (csum_start, csum_offset) if needs_csum else None)
+        self._tap_lone = i <= 1
         counters["tx"] += sent
         counters["tx_bytes"] += sent_bytes
 
@@ -319,7 +347,7 @@ class Engine:
             return
         self.counters["tso_frames"] += 1
         self.counters["tso_segments"] += len(parts)
-        key = host_key(frame, self._host_l4)
+        key = host_key(frame, self._host_l4, self._host_ports)
         route = self._host_cache.get(key) or self._host_route(frame, key)
         if route is None or len(parts[0][0]) + gso_size + UNICAST_PREFIX_LEN - 14 > route.port.mtu:
             csum = (csum_start, 16) if self.csum_offload else None  # the TCP checksum, left partial
@@ -366,6 +394,11 @@ class Engine:
         """decide_host's answer as a route with its ready headers, cached by the frame's
         key (decision.host_key); None: the slow path (not cached: the core may learn the
         client any moment, and every table change clears the cache anyway)."""
+        if key.__class__ is tuple and key[1] not in self._host_ports:
+            key = key[:2]  # narrowed on a miss only: a stream's hits cost nothing more
+            route = self._host_cache.get(key)
+            if route is not None:
+                return route
         decision = decide_host(frame, self.fwd)
         if decision is SLOW:
             return None
@@ -392,14 +425,35 @@ class Engine:
         out = self.ports.get(decision.iface)
         return SLOW if out is None else (out, bytes(decision.next_hop) + out.mac)
 
+    def _mesh_decision(self, port: Port, frame, key) -> object:
+        """_decide's answer for a frame whose key missed port.decisions, cached. The fast
+        IPv4 key of a protocol whose port no rule reads (ICMP: its checksum sits there) is
+        narrowed to (headers, protocol) first, here on a miss only, so a stream's hits cost
+        nothing more."""
+        decisions = port.decisions
+        if key.__class__ is tuple and key[1] not in self._mesh_ports:
+            key = key[:2]
+            decision = decisions.get(key)
+            if decision is not None:
+                return decision
+        decision = self._decide(port, frame)
+        if len(decisions) >= DECISION_CACHE:
+            decisions.clear()  # a peer varying addresses cannot grow it
+        decisions[key] = decision
+        return decision
+
     def on_port(self, port: Port) -> None:
         """A batch of UNICAST frames from a hard interface's ring: deliver (through the
         coalescer) or forward in place; the rest to the slow path. Whatever happens, the
         batch's slots go back to the kernel."""
         touched = set()
         try:
-            self._on_port(port, touched)
-            if self.gro:
+            if self._on_port(port, touched):
+                # The host often answers a lone frame inside our TAP write (a ping, a request):
+                # the answer is read now, before the bookkeeping and the trip through the event
+                # loop. (A lone frame went past the coalescer: it has nothing to flush.)
+                self.on_tap()
+            elif self.gro:
                 self._flush_gro()
         except Exception:
             self._internal_error()
@@ -408,7 +462,7 @@ class Engine:
             port.rx.release()
         self._flush(touched)
 
-    def _on_port(self, port: Port, touched: set) -> None:
+    def _on_port(self, port: Port, touched: set) -> bool:
         ring = port.rx
         view = ring.view
         counters = self.counters
@@ -427,6 +481,7 @@ class Engine:
             counters["truncated"] += ring.truncated
             ring.truncated = 0
         delivered = forwarded = delivered_bytes = forwarded_bytes = 0
+        lone = False  # a frame went to the TAP at once (a lone one; without gro, any)
         for off, length, status in batch:
             if status & TP_STATUS_CSUMNOTREADY:
                 _f, _g, _h, _s, csum_start, csum_offset = _VNET.unpack_from(view, off - VNET)
@@ -442,13 +497,10 @@ class Engine:
                 elif length >= ip4_len and view[off + mark:off + mark + 3] == IP4_MARK:
                     key = ip4_key(view, off)
                 else:
-                    key = mesh_key(view[off:off + length], True)
+                    key = mesh_key(view[off:off + length], True, self._mesh_ports)
                 decision = decisions.get(key)
                 if decision is None:
-                    decision = self._decide(port, view[off:off + length])
-                    if len(decisions) >= DECISION_CACHE:
-                        decisions.clear()  # a peer varying addresses cannot grow it
-                    decisions[key] = decision
+                    decision = self._mesh_decision(port, view[off:off + length], key)
             if decision.__class__ is DeliverSeen:
                 decision.hits += 1
                 decision = DELIVER
@@ -471,6 +523,7 @@ class Engine:
                     _VNET.pack_into(view, off + 14, _DATA_VALID if csum == offload.CSUM_VALID else 0, 0, 0, 0, 0, 0)
                 try:
                     os.write(tap, view[off + 14:off + length])
+                    lone = True
                 except BlockingIOError:
                     counters["tap_write_dropped"] += 1
                 except OSError as exc:  # EIO: bat0 is down
@@ -508,6 +561,7 @@ class Engine:
         counters["rx_bytes"] += delivered_bytes
         counters["forward"] += forwarded
         counters["forward_bytes"] += forwarded_bytes
+        return lone
 
     def port_error(self, port: Port) -> bool:
         """Read, clear and count the receive socket's pending error: ENETDOWN when the

@@ -223,9 +223,12 @@ def host_frame(draw, world: World) -> bytes:
 
 def check_mesh(world: World, iface, frame: bytes, tail: bytes) -> object:
     decision = decide_mesh(frame, bytes(iface.mac), world.primary, world.table, world.wifi)
-    l4 = world.table.slow_path.l4(TO_HOST)
+    l4, ports = world.table.slow_path.l4(TO_HOST), world.table.slow_path.port_protos(TO_HOST)
     other = mesh_key(frame, l4) + tail
     if mesh_key(other, l4) == mesh_key(frame, l4):  # the engine caches by the key: it must be all that counts
+        assert decide_mesh(other, bytes(iface.mac), world.primary, world.table, world.wifi) == decision
+    other = mesh_key(frame, l4, ports) + tail  # the narrower key, the port only where a rule reads it
+    if mesh_key(other, l4, ports) == mesh_key(frame, l4, ports):
         assert decide_mesh(other, bytes(iface.mac), world.primary, world.table, world.wifi) == decision
     actions = world.take(world.mesh.receive(NOW, iface.name, frame))
     delivered = [a.frame for a in actions if isinstance(a, Deliver)]
@@ -243,9 +246,12 @@ def check_mesh(world: World, iface, frame: bytes, tail: bytes) -> object:
 
 def check_host(world: World, frame: bytes, tail: bytes) -> object:
     decision = decide_host(frame, world.table)
-    l4 = world.table.slow_path.l4(FROM_HOST)
+    l4, ports = world.table.slow_path.l4(FROM_HOST), world.table.slow_path.port_protos(FROM_HOST)
     other = host_key(frame, l4) + tail
     if host_key(other, l4) == host_key(frame, l4):
+        assert decide_host(other, world.table) == decision
+    other = host_key(frame, l4, ports) + tail
+    if host_key(other, l4, ports) == host_key(frame, l4, ports):
         assert decide_host(other, world.table) == decision
     actions = world.take(world.mesh.soft_iface_frame(NOW, frame))
     sent = [(a.iface, a.frame) for a in actions if isinstance(a, Transmit)]
@@ -357,6 +363,12 @@ def test_an_l4_rule_claims_only_its_port_and_keys_the_cache_by_it():
     assert world.table.slow_path.l4(FROM_HOST) and not world.table.slow_path.l4(TO_HOST)
     assert host_key(to_67, True) != host_key(to_68, True)
     assert host_key(to_67, False) == host_key(to_68, False) == to_67[:14]
+    # no rule reads TCP's port (nor ICMP's checksum there): the key leaves it out
+    ports = world.table.slow_path.port_protos(FROM_HOST)
+    assert ports == {17}
+    tcp_67, tcp_68 = udp(CLIENTS[0], CLIENTS[1], 67, proto=6), udp(CLIENTS[0], CLIENTS[1], 68, proto=6)
+    assert host_key(tcp_67, True, ports) == host_key(tcp_68, True, ports) == to_67[:14] + b"\x06"
+    assert host_key(to_67, True, ports) == host_key(to_67, True) != host_key(to_68, True, ports)
     ihl6 = bytearray(to_67)  # IP options: the ports sit 4 bytes further
     ihl6[14] = 0x46
     ihl6[34:34] = bytes(4)
@@ -455,6 +467,23 @@ def test_the_ip4_host_key_carries_what_host_key_reads(head, rest):
         return
     eth, proto, port = key
     assert eth + bytes((proto,)) + port == host_key(frame, True)
+
+
+@settings(max_examples=300)
+@given(_IP4_HEADERS, st.binary(min_size=24, max_size=40))
+def test_the_narrowed_ip4_keys_carry_what_the_narrow_keys_read(head, rest):
+    """Without the port (the engine's key, narrowed on a miss, for a protocol whose port no
+    rule reads): the fast keys' first two fields hold what host_key / mesh_key return with
+    `ports`."""
+    frame = head + rest
+    ports = frozenset({17})
+    eth, proto = host_key_ip4(frame)[:2]
+    if proto not in ports:
+        assert eth + bytes((proto,)) == host_key(frame, True, ports)
+    outer = unicast(IFACE_MACS[0], ORIGS[0], ORIGS[1], 1, frame)
+    head, proto = mesh_key_ip4(outer)[:2]
+    if proto not in ports:
+        assert head + outer[38:42] + bytes((proto,)) == mesh_key(outer, True, ports)
 
 
 @settings(max_examples=300)

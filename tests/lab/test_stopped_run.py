@@ -10,6 +10,7 @@ import sys
 import textwrap
 import time
 
+from batmand.lab.net import namespace_exists, wait_gone
 from tests.conftest import REPO
 
 HOLDER = textwrap.dedent("""
@@ -28,19 +29,6 @@ HOLDER = textwrap.dedent("""
 """)
 
 
-def _state(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return None
-
-
-def _namespaces() -> set[str]:
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
-    return {line.split()[0] for line in out.splitlines() if line.strip()}
-
-
 def test_a_run_stopped_by_sigterm_removes_its_namespaces(tmp_path):
     (tmp_path / "test_holder.py").write_text(HOLDER)
     # the suite's conftest as a plugin: the holder lives outside tests/
@@ -54,22 +42,19 @@ def test_a_run_stopped_by_sigterm_removes_its_namespaces(tmp_path):
             if line.startswith("HOLDING"):
                 held, child = line.split()[1], int(line.split()[2])
                 break
-        assert held is not None and held in _namespaces(), "the holder test did not start"
+        assert held is not None and namespace_exists(held), "the holder test did not start"
         # a fork of the run dies of SIGTERM at once, without running the run's teardown
         os.kill(child, signal.SIGTERM)
-        deadline = time.monotonic() + 5
-        while os.path.exists(f"/proc/{child}") and _state(child) != "Z" and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _state(child) in ("Z", None), "the fork outlived SIGTERM"
+        assert not wait_gone([child], 5.0), "the fork outlived SIGTERM"
         time.sleep(0.5)
-        assert held in _namespaces(), "the fork removed the run's namespace"
+        assert namespace_exists(held), "the fork removed the run's namespace"
         proc.send_signal(signal.SIGTERM)
         rest = proc.communicate(timeout=30)[0]
         assert proc.returncode != 0, rest
-        assert held not in _namespaces(), f"{held} left behind:\n{rest}"
+        assert not namespace_exists(held), f"{held} left behind:\n{rest}"
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        if held is not None and held in _namespaces():
+        if held is not None and namespace_exists(held):
             subprocess.run(["ip", "netns", "del", held], check=False)

@@ -160,21 +160,17 @@ class Engine:
         if len(host) > SELECTIVE_FORGET or any(len(p.decisions) > SELECTIVE_FORGET for p in ports):
             self._forget_decisions()
             return
-        now = time.monotonic()
+        self._take_cache_hits()  # what the forgotten ones were used for is not lost
         for key in [k for k, route in host.items()
                     if route.prefix[DEST_OFF:DEST_OFF + 6] in origs or route.dest in clients]:
-            route = host.pop(key)
-            if route.hits:
-                self._seen[route.client] = now
+            del host[key]
         for port in ports:
             # a mesh decision reads the route toward the frame's destination originator (a
             # key starts with our header; the fast IPv4 key is a tuple whose first item
             # does), never the clients' originators
             decisions = port.decisions
             for key in [k for k in decisions if (k[0] if k.__class__ is tuple else k)[DEST_OFF:DEST_OFF + 6] in origs]:
-                decision = decisions.pop(key)
-                if decision.__class__ is DeliverSeen and decision.hits:
-                    self._seen[decision.client] = now
+                del decisions[key]
 
     def set_table(self, table: ForwardingTable) -> None:
         """A whole new forwarding table (a restart's or a resync's)."""

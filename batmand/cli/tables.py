@@ -218,6 +218,15 @@ def dataplane_lines(status: Mapping) -> list[str]:
                                                               w["tx_frames"], w["gro_merged"], w["slow_path"]))
     drops = status.get("drops") or {}
     lines.append("Drops: " + ", ".join("%s %d" % (place, count) for place, count in sorted(drops.items())))
+    kernel = status.get("kernel_forward")
+    if kernel is None:
+        lines.append("Kernel forwarding: off")
+    elif kernel.get("error"):
+        lines.append("Kernel forwarding: unavailable (%s)" % kernel["error"])
+    else:
+        lines.append("Kernel forwarding: %s; %d routes; forwarded %d frames, %d bytes" % (
+            ", ".join(kernel["interfaces"]) or "no interface", kernel["routes"], kernel["forward"],
+            kernel["forward_bytes"]))
     return lines
 
 

@@ -25,6 +25,7 @@ from batmand.core.mesh import Mesh
 from batmand.wire import Mac
 
 from batmand.dataplane.pool import InlineDataPlane, WorkerPool
+from batmand.dataplane.kernel_forward import KernelForward
 
 from .alfred import VisPublisher
 from .control import ControlServer
@@ -69,6 +70,7 @@ class Service:
         self.sockets: dict[str, PacketSocket] = {}
         self.ifindex: dict[str, int] = {}
         self.dataplane: InlineDataPlane | WorkerPool | None = None
+        self.kernel_forward: KernelForward | None = None  # None: --set kernel_forward=off
         self.control = ControlServer(self, options.socket_path, options.control_group, options.control_max_request)
         self.events = Events(options.meshif, options.event_hook)
         self.vis = VisPublisher(options, self.vis_record)
@@ -317,6 +319,9 @@ class Service:
             self._save_state()
         for name in list(self.sockets):
             self._close_socket(name)
+        if self.kernel_forward is not None:
+            self.kernel_forward.close()
+            self.kernel_forward = None
         if self.dataplane is not None:
             self.dataplane.close()
             self.dataplane = None
@@ -516,7 +521,10 @@ class Service:
     def _update_datapath_ifaces(self) -> None:
         ifaces = {i.name: (bytes(i.mac), i.mtu) for i in self.mesh.active_ifaces()}
         primary = bytes(self.mesh.primary.mac) if self.mesh.primary else None
-        self.dataplane.set_ports(ifaces, primary, any(i.wifi for i in self.mesh.active_ifaces()))
+        wifi = any(i.wifi for i in self.mesh.active_ifaces())
+        self.dataplane.set_ports(ifaces, primary, wifi)
+        if self.kernel_forward is not None:
+            self.kernel_forward.set_ports(ifaces, wifi)
 
     # --- frames in ------------------------------------------------------------------------------------
 
@@ -530,6 +538,8 @@ class Service:
         else:
             self.dataplane = WorkerPool(self.loop, self.softif.fds, self._slow_host, self._slow_mesh, settings)
             log.info("%d data-plane workers: pids %s", opts.workers, ", ".join(map(str, self.dataplane.pids())))
+        if opts.kernel_forward:
+            self.kernel_forward = KernelForward()
 
     def _slow_host(self, frame: bytes) -> None:
         """A frame from the host that the data plane left to the protocol core."""
@@ -574,6 +584,8 @@ class Service:
                     self.mesh.counters.drop(dropped)
             elif isinstance(action, ForwardingUpdate):
                 self.dataplane.apply(action)
+                if self.kernel_forward is not None:
+                    self.kernel_forward.apply(action)
             elif isinstance(action, Uevent):
                 self.events.publish(action)
             elif isinstance(action, TpResult):

@@ -111,7 +111,7 @@ def statistics_now(service) -> dict:
     """batctl s as the daemon has it now: the core's counters, the data plane's (as last
     reported: workers report twice a second), and what the packet sockets lost."""
     dataplane = service.dataplane
-    stats = statistics(service.mesh, dataplane.counters())
+    stats = statistics(service.mesh, dataplane_counters(service))
     # frames lost at the packet sockets (the control process's and the data plane's rings)
     stats["drop_socket_buffer"] = (sum(s.statistics()[1] for s in service.sockets.values())
                                    + dataplane.status()["drops"]["socket"])
@@ -130,7 +130,18 @@ def dataplane_now(service) -> dict:
     status["drops"]["tap"] = sysfs_int(service.softif.name, "statistics/tx_dropped") or 0
     status["drops"]["tap_write"] += service.softif.write_dropped
     status["counters"] = service.dataplane.counters()
+    forwarder = service.kernel_forward
+    status["kernel_forward"] = dict(forwarder.status(), **forwarder.counters()) if forwarder else None
     return status
+
+
+def dataplane_counters(service) -> dict:
+    """The data plane's counters with what the kernel forwarded for it."""
+    counters = service.dataplane.counters()
+    if service.kernel_forward is not None:
+        for key, value in service.kernel_forward.counters().items():
+            counters[key] = counters.get(key, 0) + value
+    return counters
 
 
 def table_sizes(mesh: Mesh) -> dict[str, int]:

@@ -1,0 +1,283 @@
+"""Forwarding in the kernel: the data plane's Forward decisions (decision.decide_mesh) for
+plain UNICAST frames, taken by a small eBPF program on each hard interface's ingress
+before the frame reaches our receive rings, so a node in the middle of a path moves
+frames at the kernel module's cost instead of a trip through the daemon.
+
+The program forwards exactly what decide_mesh would forward, from a copy of the same
+table: a UNICAST frame (compat 15) addressed to the interface, from a unicast sender,
+whose destination originator we route, with TTL >= 2, a TTVN not older than the one we
+know, an inner frame that is not batman-adv (behind one 802.1Q tag at most) for no client
+of ours, and that fits the outgoing interface. It rewrites the outer addresses to the
+next hop and the outgoing interface, lowers the TTL by one, counts the frame and bytes
+as the kernel's forward counters do, and redirects it. Anything else goes on to the
+daemon unchanged, which decides as before. Not while a hard interface is Wi-Fi (the
+daemon then forwards depending on the incoming interface).
+
+Needs tcx (Linux 6.6) and the right to load programs (CAP_BPF and CAP_NET_ADMIN);
+without them the daemon forwards everything itself, as it always did."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import struct
+
+from batmand.core.forwarding import ForwardingTable
+from batmand.wire.constants import COMPAT_VERSION, ETH_P_8021Q, ETH_P_BATMAN, PacketType
+from batmand.wire.fastpath import DEST_OFF, INNER_OFF, TTL_OFF, TTVN_OFF
+
+from . import ebpf
+from .ebpf import R0, R1, R2, R6, R7, R8, R9, R10
+
+log = logging.getLogger("batmand")
+
+MAX_ROUTES = 65536  # originators (the core bounds its table far below)
+MAX_LOCAL = 65536  # MAC addresses of our clients
+_KEY = struct.Struct("6s2x")  # a MAC address as a map key
+# an originator's route: out ifindex, out MTU, next-hop MAC, out MAC, TTVN
+_ROUTE = struct.Struct("<II6s6sB3x")
+_STATS = struct.Struct("<QQ")  # forwarded frames, bytes (whole frames, as the kernel's forward_bytes)
+_V_IFINDEX, _V_MTU, _V_NEXT_HOP, _V_OUT_MAC, _V_TTVN = 0, 4, 8, 14, 20
+_SKB_LEN, _SKB_VLAN_PRESENT, _SKB_DATA, _SKB_DATA_END = 0, 20, 76, 80  # struct __sk_buff
+_ETH_LEN = 14
+_INNER_TYPE = INNER_OFF + 12  # the inner frame's ethertype, or its 802.1Q tag
+
+
+def _le16(value: int) -> int:
+    """A big-endian 16-bit field as a little-endian load sees it."""
+    return int.from_bytes(value.to_bytes(2, "big"), "little")
+
+
+def program(port_mac: bytes, routes: ebpf.Map, local: ebpf.Map, stats: ebpf.Map) -> bytes:
+    """The ingress program of the hard interface whose MAC is `port_mac`."""
+    p = ebpf.Program()
+    p.alu_reg(R6, "=", R1)  # the skb
+    p.load(R7, R6, _SKB_DATA, 4)
+    p.load(R8, R6, _SKB_DATA_END, 4)
+    p.load(R1, R6, _SKB_VLAN_PRESENT, 4)
+    p.jump_if(R1, "!=", 0, "next")  # a tag the hardware took off: not for this interface's handler
+    p.alu_reg(R1, "=", R7)
+    p.alu(R1, "+", INNER_OFF + _ETH_LEN)  # outer Ethernet, our header, the inner Ethernet header
+    p.jump_if_reg(R1, ">", R8, "next")
+    p.load(R1, R7, 12, 2)
+    p.jump_if(R1, "!=", _le16(ETH_P_BATMAN), "next")
+    p.load(R1, R7, _ETH_LEN, 2)  # packet type and version
+    p.jump_if(R1, "!=", PacketType.UNICAST | COMPAT_VERSION << 8, "next")
+    p.load(R1, R7, TTL_OFF, 1)
+    p.jump_if(R1, "<", 2, "next")  # the daemon drops it, counting
+    p.load(R1, R7, 6, 1)
+    p.jump_if(R1, "&", 1, "next")  # a multicast sender
+    p.load(R1, R7, 0, 4)  # addressed to this interface
+    p.load_imm64(R2, int.from_bytes(port_mac[:4], "little"))
+    p.jump_if_reg(R1, "!=", R2, "next")
+    p.load(R1, R7, 4, 2)
+    p.jump_if(R1, "!=", int.from_bytes(port_mac[4:6], "little"), "next")
+    p.load(R1, R7, _INNER_TYPE, 2)  # batman-adv inside: the daemon's (it drops it)
+    p.jump_if(R1, "==", _le16(ETH_P_BATMAN), "next")
+    p.jump_if(R1, "!=", _le16(ETH_P_8021Q), "untagged")
+    p.alu_reg(R1, "=", R7)
+    p.alu(R1, "+", _INNER_TYPE + 6)
+    p.jump_if_reg(R1, ">", R8, "next")
+    p.load(R1, R7, _INNER_TYPE + 4, 2)
+    p.jump_if(R1, "==", _le16(ETH_P_BATMAN), "next")
+    p.label("untagged")
+    # for a client of ours the daemon applies the TTVN rules (a roaming client is rerouted)
+    _mac_key(p, INNER_OFF)
+    _lookup(p, local)
+    p.jump_if(R0, "!=", 0, "next")
+    _mac_key(p, DEST_OFF)
+    _lookup(p, routes)
+    p.jump_if(R0, "==", 0, "next")
+    p.alu_reg(R9, "=", R0)
+    p.load(R1, R7, TTVN_OFF, 1)  # older than the route's TTVN (seq_before): the daemon's
+    p.load(R2, R9, _V_TTVN, 1)
+    p.alu_reg(R1, "-", R2)
+    p.alu(R1, "<<", 56)
+    p.alu(R1, "s>>", 56)
+    p.jump_if(R1, "s<", 0, "next")
+    p.load(R1, R6, _SKB_LEN, 4)  # too long for the way out: the daemon fragments it
+    p.alu(R1, "-", _ETH_LEN)
+    p.load(R2, R9, _V_MTU, 4)
+    p.jump_if_reg(R1, ">", R2, "next")
+    for off, size in ((0, 4), (4, 2), (6, 2), (8, 4)):  # next hop, then the out interface's MAC
+        p.load(R1, R9, _V_NEXT_HOP + off, size)
+        p.store(R7, off, R1, size)
+    p.load(R1, R7, TTL_OFF, 1)
+    p.alu(R1, "-", 1)
+    p.store(R7, TTL_OFF, R1, 1)
+    p.store_imm(R10, -8, 0, 4)  # the counters (per CPU: no atomics needed)
+    _lookup(p, stats)
+    p.jump_if(R0, "==", 0, "send")
+    p.load(R1, R0, 0, 8)
+    p.alu(R1, "+", 1)
+    p.store(R0, 0, R1, 8)
+    p.load(R1, R6, _SKB_LEN, 4)
+    p.load(R2, R0, 8, 8)
+    p.alu_reg(R2, "+", R1)
+    p.store(R0, 8, R2, 8)
+    p.label("send")
+    p.load(R1, R9, _V_IFINDEX, 4)
+    p.alu(R2, "=", 0)
+    p.call(ebpf.HELPER_REDIRECT)
+    p.exit()
+    p.label("next")
+    p.alu(R0, "=", ebpf.TC_NEXT)
+    p.exit()
+    return p.assemble()
+
+
+def _mac_key(p: ebpf.Program, off: int) -> None:
+    """The 6-byte address at packet offset `off` as a map key at r10-8."""
+    p.load(R1, R7, off, 4)
+    p.store(R10, -8, R1, 4)
+    p.load(R1, R7, off + 4, 2)
+    p.store(R10, -4, R1, 2)
+    p.store_imm(R10, -2, 0, 2)
+
+
+def _lookup(p: ebpf.Program, table: ebpf.Map) -> None:
+    """r0 = the value at key r10-8, or 0."""
+    p.load_imm64(R1, table.fd, map_fd=True)
+    p.alu_reg(R2, "=", R10)
+    p.alu(R2, "+", -8)
+    p.call(ebpf.HELPER_MAP_LOOKUP)
+
+
+class KernelForward:
+    """Keeps the kernel's copy of the forwarding table (routes toward originators, our
+    clients) and the programs on the hard interfaces in step with what the data plane
+    is given: the same set_ports and apply calls."""
+
+    def __init__(self) -> None:
+        self.table = ForwardingTable()
+        self.ports: dict[str, tuple[bytes, int, int]] = {}  # name -> (mac, mtu, ifindex)
+        self.wifi = False
+        self.links: dict[str, tuple[int, int]] = {}  # name -> (program fd, link fd)
+        self.error: str | None = None  # why nothing is attached
+        self.routes = self.local = self.stats = None
+        self._installed: set = set()  # originators in the routes map
+        self._before = (0, 0)  # counters of maps closed by a reset
+        try:
+            self.routes = ebpf.Map(ebpf.MAP_HASH, _KEY.size, _ROUTE.size, MAX_ROUTES, "batmand_routes",
+                                   flags=ebpf.NO_PREALLOC)
+            self.local = ebpf.Map(ebpf.MAP_HASH, _KEY.size, 1, MAX_LOCAL, "batmand_local", flags=ebpf.NO_PREALLOC)
+            self.stats = ebpf.Map(ebpf.MAP_PERCPU_ARRAY, 4, _STATS.size, 1, "batmand_fwd_stats")
+        except OSError as exc:
+            self._unavailable(exc)
+
+    def _unavailable(self, exc: OSError) -> None:
+        self.error = str(exc).splitlines()[0]
+        log.info("forwarding in the kernel is not available (%s): the daemon forwards every frame", self.error)
+        self.close()
+
+    @property
+    def active(self) -> bool:
+        return self.error is None
+
+    # --- what the data plane is told ------------------------------------------------------------
+
+    def set_ports(self, ports: dict[str, tuple[bytes, int]], wifi: bool) -> None:
+        if not self.active:
+            return
+        known = {}
+        for name, (mac, mtu) in ports.items():
+            try:
+                known[name] = (bytes(mac), mtu, socket.if_nametoindex(name))
+            except OSError:
+                continue  # gone already: the daemon hears of it next
+        for name in [n for n in self.links if n not in known or known[n][0] != self.ports[n][0]]:
+            self._detach(name)
+        self.ports, self.wifi = known, wifi
+        for name, (mac, _mtu, ifindex) in known.items():
+            if name not in self.links:
+                try:
+                    self._attach(name, mac, ifindex)
+                except OSError as exc:
+                    self._unavailable(exc)
+                    return
+        self._sync_routes(self.table.origs)
+
+    def apply(self, update) -> None:
+        self.table.apply(update)
+        if not self.active:
+            return
+        try:
+            for key, state in update.local_clients.items():
+                mac = _KEY.pack(bytes(key[0]))
+                if state is not None:
+                    self.local.update(mac, b"\x01")
+                elif not any(c[0] == key[0] for c in self.table.local_clients):  # the mac on no other VLAN
+                    self.local.delete(mac)
+        except OSError as exc:  # a client the program would not know: it must not forward at all
+            self._unavailable(exc)
+            return
+        self._sync_routes(update.origs)
+
+    def _sync_routes(self, origs) -> None:
+        """Write the routes toward `origs` as the table has them now."""
+        for orig in origs:
+            entry = self._entry(orig)
+            key = _KEY.pack(bytes(orig))
+            if entry is None:
+                if orig in self._installed:
+                    self.routes.delete(key)
+                    self._installed.discard(orig)
+                continue
+            try:
+                self.routes.update(key, entry)
+                self._installed.add(orig)
+            except OSError:
+                pass  # the map is full: the daemon forwards toward this one
+
+    def _entry(self, orig) -> bytes | None:
+        route = self.table.origs.get(orig)
+        if route is None or self.wifi:
+            return None
+        out = self.ports.get(route.iface)
+        if out is None or route.iface not in self.links:
+            return None
+        mac, mtu, ifindex = out
+        return _ROUTE.pack(ifindex, mtu, bytes(route.next_hop), mac, route.ttvn)
+
+    # --- programs ---------------------------------------------------------------------------------
+
+    def _attach(self, name: str, mac: bytes, ifindex: int) -> None:
+        prog = ebpf.load_program(program(mac, self.routes, self.local, self.stats), "batmand_fwd")
+        try:
+            link = ebpf.attach_ingress(prog, ifindex)
+        except OSError:
+            ebpf.close(prog)
+            raise
+        self.links[name] = (prog, link)
+        log.debug("interface %s: forwarding in the kernel", name)
+
+    def _detach(self, name: str) -> None:
+        fds = self.links.pop(name, None)
+        for fd in fds or ():
+            ebpf.close(fd)
+
+    # --- what batmanctl shows -------------------------------------------------------------------------
+
+    def counters(self) -> dict:
+        """forward, forward_bytes: what the kernel forwarded for us (the daemon's own come on top)."""
+        frames, nbytes = self._before
+        if self.stats is not None:
+            for value in self.stats.lookup(b"\0\0\0\0") or ():
+                f, b = _STATS.unpack(value)
+                frames, nbytes = frames + f, nbytes + b
+        return {"forward": frames, "forward_bytes": nbytes}
+
+    def status(self) -> dict:
+        return {"interfaces": sorted(self.links), "routes": len(self._installed), "error": self.error}
+
+    def close(self) -> None:
+        for name in list(self.links):
+            self._detach(name)
+        if self.stats is not None:
+            counters = self.counters()
+            self._before = counters["forward"], counters["forward_bytes"]
+        for table in (self.routes, self.local, self.stats):
+            if table is not None:
+                table.close()
+        self.routes = self.local = self.stats = None
+        self._installed.clear()

@@ -145,7 +145,7 @@ def attach_ingress(prog_fd: int, ifindex: int) -> int:
 
 R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, R10 = range(11)
 _SIZE = {1: 0x10, 2: 0x08, 4: 0x00, 8: 0x18}  # BPF_B, BPF_H, BPF_W, BPF_DW
-_ALU = {"+": 0x00, "-": 0x10, "&": 0x50, "<<": 0x60, "s>>": 0xC0, "=": 0xB0}
+_ALU = {"+": 0x00, "-": 0x10, "|": 0x40, "&": 0x50, "<<": 0x60, "s>>": 0xC0, "=": 0xB0}
 _JMP = {"==": 0x10, ">": 0x20, "&": 0x40, "!=": 0x50, "s<": 0xC0, "<": 0xA0}
 
 
@@ -176,6 +176,11 @@ class Program:
 
     def alu_reg(self, dst: int, op: str, src: int) -> None:
         self._emit(0x0F | _ALU[op], dst, src)  # BPF_ALU64 | BPF_X
+
+    def byte_swap16(self, dst: int) -> None:
+        """A 16-bit field loaded from the packet (network order) to its value (nothing to
+        do on a big-endian machine)."""
+        self._emit(0xDC, dst, 0, 0, 16)  # BPF_ALU | BPF_END | BPF_TO_BE
 
     def load_imm64(self, dst: int, value: int, map_fd: bool = False) -> None:
         self._emit(0x18, dst, PSEUDO_MAP_FD if map_fd else 0, 0, value & 0xFFFFFFFF)

@@ -21,31 +21,32 @@ from __future__ import annotations
 import logging
 import socket
 import struct
+import sys
 
 from batmand.core.forwarding import ForwardingTable
-from batmand.wire.constants import COMPAT_VERSION, ETH_P_8021Q, ETH_P_BATMAN, PacketType
+from batmand.wire.constants import COMPAT_VERSION, ETH_P_8021Q, ETH_P_BATMAN, VLAN_HAS_TAG, PacketType
 from batmand.wire.fastpath import DEST_OFF, INNER_OFF, TTL_OFF, TTVN_OFF
 
 from . import ebpf
-from .ebpf import R0, R1, R2, R6, R7, R8, R9, R10
+from .ebpf import R0, R1, R2, R3, R6, R7, R8, R9, R10
 
 log = logging.getLogger("batmand")
 
 MAX_ROUTES = 65536  # originators (the core bounds its table far below)
 MAX_LOCAL = 65536  # MAC addresses of our clients
-_KEY = struct.Struct("6s2x")  # a MAC address as a map key
+_KEY = struct.Struct("=6sH")  # a map key: a MAC address and a VID as the table keys clients (0 for originators)
 # an originator's route: out ifindex, out MTU, next-hop MAC, out MAC, TTVN
-_ROUTE = struct.Struct("<II6s6sB3x")
-_STATS = struct.Struct("<QQ")  # forwarded frames, bytes (whole frames, as the kernel's forward_bytes)
-_V_IFINDEX, _V_MTU, _V_NEXT_HOP, _V_OUT_MAC, _V_TTVN = 0, 4, 8, 14, 20
+_ROUTE = struct.Struct("=II6s6sB3x")
+_STATS = struct.Struct("=QQ")  # forwarded frames, bytes (whole frames, as the kernel's forward_bytes)
+_V_IFINDEX, _V_MTU, _V_ADDRESSES, _V_TTVN = 0, 4, 8, 20  # the addresses: next hop, then out MAC
 _SKB_LEN, _SKB_VLAN_PRESENT, _SKB_DATA, _SKB_DATA_END = 0, 20, 76, 80  # struct __sk_buff
 _ETH_LEN = 14
 _INNER_TYPE = INNER_OFF + 12  # the inner frame's ethertype, or its 802.1Q tag
 
 
-def _le16(value: int) -> int:
-    """A big-endian 16-bit field as a little-endian load sees it."""
-    return int.from_bytes(value.to_bytes(2, "big"), "little")
+def _host16(value: int) -> int:
+    """A 16-bit field in network order as the program's load sees it."""
+    return int.from_bytes(value.to_bytes(2, "big"), sys.byteorder)
 
 
 def program(port_mac: bytes, routes: ebpf.Map, local: ebpf.Map, stats: ebpf.Map) -> bytes:
@@ -60,32 +61,39 @@ def program(port_mac: bytes, routes: ebpf.Map, local: ebpf.Map, stats: ebpf.Map)
     p.alu(R1, "+", INNER_OFF + _ETH_LEN)  # outer Ethernet, our header, the inner Ethernet header
     p.jump_if_reg(R1, ">", R8, "next")
     p.load(R1, R7, 12, 2)
-    p.jump_if(R1, "!=", _le16(ETH_P_BATMAN), "next")
+    p.jump_if(R1, "!=", _host16(ETH_P_BATMAN), "next")
     p.load(R1, R7, _ETH_LEN, 2)  # packet type and version
-    p.jump_if(R1, "!=", PacketType.UNICAST | COMPAT_VERSION << 8, "next")
+    p.jump_if(R1, "!=", _host16(PacketType.UNICAST << 8 | COMPAT_VERSION), "next")
     p.load(R1, R7, TTL_OFF, 1)
     p.jump_if(R1, "<", 2, "next")  # the daemon drops it, counting
     p.load(R1, R7, 6, 1)
     p.jump_if(R1, "&", 1, "next")  # a multicast sender
     p.load(R1, R7, 0, 4)  # addressed to this interface
-    p.load_imm64(R2, int.from_bytes(port_mac[:4], "little"))
+    p.load_imm64(R2, int.from_bytes(port_mac[:4], sys.byteorder))
     p.jump_if_reg(R1, "!=", R2, "next")
     p.load(R1, R7, 4, 2)
-    p.jump_if(R1, "!=", int.from_bytes(port_mac[4:6], "little"), "next")
+    p.jump_if(R1, "!=", int.from_bytes(port_mac[4:6], sys.byteorder), "next")
     p.load(R1, R7, _INNER_TYPE, 2)  # batman-adv inside: the daemon's (it drops it)
-    p.jump_if(R1, "==", _le16(ETH_P_BATMAN), "next")
-    p.jump_if(R1, "!=", _le16(ETH_P_8021Q), "untagged")
+    p.jump_if(R1, "==", _host16(ETH_P_BATMAN), "next")
+    p.alu(R3, "=", 0)  # the client's VID as the table keys it: 0 untagged
+    p.jump_if(R1, "!=", _host16(ETH_P_8021Q), "untagged")
     p.alu_reg(R1, "=", R7)
     p.alu(R1, "+", _INNER_TYPE + 6)
     p.jump_if_reg(R1, ">", R8, "next")
     p.load(R1, R7, _INNER_TYPE + 4, 2)
-    p.jump_if(R1, "==", _le16(ETH_P_BATMAN), "next")
+    p.jump_if(R1, "==", _host16(ETH_P_BATMAN), "next")
+    p.load(R3, R7, _INNER_TYPE + 2, 2)
+    p.byte_swap16(R3)
+    p.alu(R3, "&", 0x0FFF)
+    p.jump_if(R3, "==", 0, "untagged")
+    p.alu(R3, "|", VLAN_HAS_TAG)
     p.label("untagged")
     # for a client of ours the daemon applies the TTVN rules (a roaming client is rerouted)
-    _mac_key(p, INNER_OFF)
+    _key(p, INNER_OFF, R3)
     _lookup(p, local)
     p.jump_if(R0, "!=", 0, "next")
-    _mac_key(p, DEST_OFF)
+    p.alu(R3, "=", 0)
+    _key(p, DEST_OFF, R3)
     _lookup(p, routes)
     p.jump_if(R0, "==", 0, "next")
     p.alu_reg(R9, "=", R0)
@@ -100,7 +108,7 @@ def program(port_mac: bytes, routes: ebpf.Map, local: ebpf.Map, stats: ebpf.Map)
     p.load(R2, R9, _V_MTU, 4)
     p.jump_if_reg(R1, ">", R2, "next")
     for off, size in ((0, 4), (4, 2), (6, 2), (8, 4)):  # next hop, then the out interface's MAC
-        p.load(R1, R9, _V_NEXT_HOP + off, size)
+        p.load(R1, R9, _V_ADDRESSES + off, size)
         p.store(R7, off, R1, size)
     p.load(R1, R7, TTL_OFF, 1)
     p.alu(R1, "-", 1)
@@ -126,13 +134,13 @@ def program(port_mac: bytes, routes: ebpf.Map, local: ebpf.Map, stats: ebpf.Map)
     return p.assemble()
 
 
-def _mac_key(p: ebpf.Program, off: int) -> None:
-    """The 6-byte address at packet offset `off` as a map key at r10-8."""
+def _key(p: ebpf.Program, off: int, vid: int) -> None:
+    """The 6-byte address at packet offset `off` and register `vid` as a map key at r10-8."""
     p.load(R1, R7, off, 4)
     p.store(R10, -8, R1, 4)
     p.load(R1, R7, off + 4, 2)
     p.store(R10, -4, R1, 2)
-    p.store_imm(R10, -2, 0, 2)
+    p.store(R10, -2, vid, 2)
 
 
 def _lookup(p: ebpf.Program, table: ebpf.Map) -> None:
@@ -202,12 +210,11 @@ class KernelForward:
         if not self.active:
             return
         try:
-            for key, state in update.local_clients.items():
-                mac = _KEY.pack(bytes(key[0]))
-                if state is not None:
-                    self.local.update(mac, b"\x01")
-                elif not any(c[0] == key[0] for c in self.table.local_clients):  # the mac on no other VLAN
-                    self.local.delete(mac)
+            for (mac, vid), state in update.local_clients.items():
+                if state is None:
+                    self.local.delete(_KEY.pack(bytes(mac), vid))
+                else:
+                    self.local.update(_KEY.pack(bytes(mac), vid), b"\x01")
         except OSError as exc:  # a client the program would not know: it must not forward at all
             self._unavailable(exc)
             return
@@ -217,7 +224,7 @@ class KernelForward:
         """Write the routes toward `origs` as the table has them now."""
         for orig in origs:
             entry = self._entry(orig)
-            key = _KEY.pack(bytes(orig))
+            key = _KEY.pack(bytes(orig), 0)
             if entry is None:
                 if orig in self._installed:
                     self.routes.delete(key)

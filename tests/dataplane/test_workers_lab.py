@@ -163,6 +163,12 @@ def scripts(tmp_path):
 # --------------------------------------------------------------------------- helpers
 
 
+def counters(status: dict) -> dict:
+    """The data plane's counters from `dp --json`, with kernel_forward: the frames the
+    node's kernel forwarded for it."""
+    return dict(status["counters"], kernel_forward=(status["kernel_forward"] or {}).get("forward", 0))
+
+
 def dp(lab, node) -> dict:
     return json.loads(lab.batmanctl(node, "dp", "--json", check=True).stdout)
 
@@ -263,9 +269,12 @@ PAUSE = 0.002
 def test_flow_order_and_no_loss(scripts, workers):
     """line3, n1 -> n3 across n2: 32 UDP flows, 2000 sequence-numbered datagrams each
     (200..1200 bytes), interleaved in bursts of one datagram per flow. Each flow must
-    arrive complete and in order; with workers=2 the flows must be spread over both
-    workers of the receiving node (and of the forwarding middle node)."""
-    with make_lab("line3", orig_interval_ms=INTERVAL_MS, workers=workers) as lab:
+    arrive complete and in order. With workers=2 the daemons forward themselves
+    (kernel_forward off) and the flows must be spread over both workers of the receiving
+    node and of the forwarding middle node; with workers=0 (the other defaults) the
+    middle node's kernel forwards them."""
+    settings = {"kernel_forward": False} if workers else {}
+    with make_lab("line3", orig_interval_ms=INTERVAL_MS, workers=workers, **settings) as lab:
         lab.start()
         mesh_ready(lab, "n1", "n3")
         receiver = lab.spawn("n3", [PY, scripts["udp_receiver"], str(UDP_PORT), str(FLOWS * PER_FLOW), "3", "30"],
@@ -319,6 +328,9 @@ def test_flow_order_and_no_loss(scripts, workers):
         assert sum(rx) >= FLOWS * PER_FLOW
     else:
         assert after["n3"]["mode"] == "inline" and after["n3"]["workers"] == []
+        assert after["n2"]["kernel_forward"]["error"] is None, after["n2"]["kernel_forward"]
+        kernel = counters(after["n2"])["kernel_forward"] - counters(before["n2"])["kernel_forward"]
+        assert kernel >= FLOWS * PER_FLOW, f"n2's kernel forwarded {kernel} frames"
 
 
 # --------------------------------------------------------------------------- 2. bulk TCP with offloads
@@ -337,12 +349,11 @@ def test_large_file_intact_with_offloads(scripts, tmp_path):
         mesh_ready(lab, "n1", "n3")
         results = {}
         for dst, port in (("n2", 9500), ("n3", 9501)):
-            before = {n: dp(lab, n)["counters"] for n in lab.nodes}
+            before = {n: counters(dp(lab, n)) for n in lab.nodes}
             sent, got = tcp_transfer(lab, scripts, "n1", dst, path, port)
             time.sleep(1.2)  # workers report their counters twice a second
             after = {n: dp(lab, n) for n in lab.nodes}
-            delta = {n: {k: after[n]["counters"].get(k, 0) - before[n].get(k, 0) for k in after[n]["counters"]}
-                     for n in lab.nodes}
+            delta = {n: {k: v - before[n].get(k, 0) for k, v in counters(after[n]).items()} for n in lab.nodes}
             results[dst] = (sent, got, delta, {n: after[n]["drops"] for n in lab.nodes})
     for dst, (sent, got, delta, drops) in results.items():
         tx, rx = delta["n1"], delta[dst]
@@ -361,8 +372,8 @@ def test_large_file_intact_with_offloads(scripts, tmp_path):
             f"n1 -> {dst}: no coalescing on {dst} (gro_written {rx['gro_written']}, rx {rx['rx']}): {rx}"
         # at least one TCP segment per 1448 bytes crossed the mesh in the fast path
         assert tx["tx"] >= (64 << 20) // 1448
-        if dst == "n3":
-            assert delta["n2"]["forward"] >= (64 << 20) // 1448
+        if dst == "n3":  # forwarded by n2's workers or its kernel (kernel_forward is on by default)
+            assert delta["n2"]["forward"] + delta["n2"]["kernel_forward"] >= (64 << 20) // 1448
     for dst, (sent, got, delta, drops) in results.items():
         # every frame a worker delivers is either written to the TAP or merged into one
         # that is: the segments merged are rx - gro_written
@@ -413,7 +424,9 @@ def test_worker_restart_after_sigkill(scripts, tmp_path, node):
     new pid, a child of the same daemon); the ping gets replies again, the running TCP
     connections complete intact, and so does a fresh 16 MB transfer."""
     path, digest = random_file(tmp_path, STREAM_MB)
-    with make_lab("line3", orig_interval_ms=INTERVAL_MS, workers=2) as lab:
+    # n2's workers forward only while its kernel does not
+    settings = {"kernel_forward": False} if node == "n2" else {}
+    with make_lab("line3", orig_interval_ms=INTERVAL_MS, workers=2, **settings) as lab:
         lab.start()
         mesh_ready(lab, "n1", "n3")
         daemon = lab.pids[node]

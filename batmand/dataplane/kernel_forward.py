@@ -193,7 +193,8 @@ class KernelForward:
                 known[name] = (bytes(mac), mtu, socket.if_nametoindex(name))
             except OSError:
                 continue  # gone already: the daemon hears of it next
-        for name in [n for n in self.links if n not in known or known[n][0] != self.ports[n][0]]:
+        # a new MAC, or the same name on a new interface: the program is attached afresh
+        for name in [n for n in self.links if n not in known or known[n][::2] != self.ports[n][::2]]:
             self._detach(name)
         self.ports, self.wifi = known, wifi
         for name, (mac, _mtu, ifindex) in known.items():

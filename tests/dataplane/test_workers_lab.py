@@ -565,7 +565,8 @@ def test_workers_ignore_modules_planted_in_the_current_directory(tmp_path, monke
     marker = tmp_path / "planted-module-ran"
     monkeypatch.setenv("PLANTED_MARKER", str(marker))
     monkeypatch.chdir(planted)
-    with make_lab("line3", orig_interval_ms=INTERVAL_MS, workers=2) as lab:
+    # n2's workers forward only while its kernel does not
+    with make_lab("line3", orig_interval_ms=INTERVAL_MS, workers=2, kernel_forward=False) as lab:
         lab.start()
         mesh_ready(lab, "n1", "n3")
         time.sleep(1.2)  # the workers report their counters twice a second

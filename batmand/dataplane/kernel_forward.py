@@ -18,12 +18,12 @@ without them the daemon forwards everything itself, as it always did."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 import struct
 import sys
 
-from batmand.core.forwarding import ForwardingTable
 from batmand.wire.constants import COMPAT_VERSION, ETH_P_8021Q, ETH_P_BATMAN, VLAN_HAS_TAG, PacketType
 from batmand.wire.fastpath import DEST_OFF, INNER_OFF, TTL_OFF, TTVN_OFF
 
@@ -157,7 +157,7 @@ class KernelForward:
     is given: the same set_ports and apply calls."""
 
     def __init__(self) -> None:
-        self.table = ForwardingTable()
+        self.origs: dict = {}  # the forwarding table's routes toward originators (its clients are not needed)
         self.ports: dict[str, tuple[bytes, int, int]] = {}  # name -> (mac, mtu, ifindex)
         self.wifi = False
         self.links: dict[str, tuple[int, int]] = {}  # name -> (program fd, link fd)
@@ -193,21 +193,29 @@ class KernelForward:
                 known[name] = (bytes(mac), mtu, socket.if_nametoindex(name))
             except OSError:
                 continue  # gone already: the daemon hears of it next
-        # a new MAC, or the same name on a new interface: the program is attached afresh
-        for name in [n for n in self.links if n not in known or known[n][::2] != self.ports[n][::2]]:
-            self._detach(name)
-        self.ports, self.wifi = known, wifi
-        for name, (mac, _mtu, ifindex) in known.items():
-            if name not in self.links:
-                try:
+        # gone, a new MAC, or the same name on a new interface: no route may point there
+        # any more when its program goes (it is attached afresh if still ours)
+        stale = [n for n in self.links if n not in known or known[n][::2] != self.ports[n][::2]]
+        try:
+            if stale:
+                self.ports = {n: v for n, v in known.items() if n not in stale}
+                self._sync_routes(self.origs)
+                for name in stale:
+                    self._detach(name)
+            self.ports, self.wifi = known, wifi
+            for name, (mac, _mtu, ifindex) in known.items():
+                if name not in self.links:
                     self._attach(name, mac, ifindex)
-                except OSError as exc:
-                    self._unavailable(exc)
-                    return
-        self._sync_routes(self.table.origs)
+            self._sync_routes(self.origs)
+        except OSError as exc:
+            self._unavailable(exc)
 
     def apply(self, update) -> None:
-        self.table.apply(update)
+        for orig, route in update.origs.items():
+            if route is None:
+                self.origs.pop(orig, None)
+            else:
+                self.origs[orig] = route
         if not self.active:
             return
         try:
@@ -216,33 +224,34 @@ class KernelForward:
                     self.local.delete(_KEY.pack(bytes(mac), vid))
                 else:
                     self.local.update(_KEY.pack(bytes(mac), vid), b"\x01")
-        except OSError as exc:  # a client the program would not know: it must not forward at all
+            self._sync_routes(update.origs)
+        except OSError as exc:  # the kernel refused a change: better no program than a wrong one
             self._unavailable(exc)
-            return
-        self._sync_routes(update.origs)
 
     def _sync_routes(self, origs) -> None:
         """Write the routes toward `origs` as the table has them now."""
         for orig in origs:
             entry = self._entry(orig)
             key = _KEY.pack(bytes(orig), 0)
-            if entry is None:
-                if orig in self._installed:
-                    self.routes.delete(key)
-                    self._installed.discard(orig)
-                continue
-            try:
-                self.routes.update(key, entry)
-                self._installed.add(orig)
-            except OSError:
-                pass  # the map is full: the daemon forwards toward this one
+            if entry is not None:
+                try:
+                    self.routes.update(key, entry)
+                    self._installed.add(orig)
+                    continue
+                except OSError as exc:
+                    if exc.errno != errno.E2BIG:
+                        raise
+                    # the map is full: the daemon forwards toward this one
+            if orig in self._installed:
+                self.routes.delete(key)
+                self._installed.discard(orig)
 
     def _entry(self, orig) -> bytes | None:
-        route = self.table.origs.get(orig)
+        route = self.origs.get(orig)
         if route is None or self.wifi:
             return None
         out = self.ports.get(route.iface)
-        if out is None or route.iface not in self.links:
+        if out is None:
             return None
         mac, mtu, ifindex = out
         return _ROUTE.pack(ifindex, mtu, bytes(route.next_hop), mac, route.ttvn)

@@ -17,6 +17,7 @@ import pytest
 from batmand.core.events import ForwardingUpdate, OrigRoute
 from batmand.core.forwarding import ForwardingTable
 from batmand.dataplane.decision import Forward, decide_mesh
+from batmand.dataplane import kernel_forward
 from batmand.dataplane.kernel_forward import KernelForward
 from batmand.wire.constants import ETH_P_BATMAN, VLAN_HAS_TAG
 from batmand.wire.fastpath import TTL_OFF
@@ -250,3 +251,21 @@ def test_closing_detaches_the_programs():
             assert check(net, table_of(net), mark([frame(net)])) == 1
         at_b, at_m, _ = exchange(net, mark([frame(net)]))
         assert at_m and not at_b
+
+
+def test_full_maps_leave_frames_to_the_daemon(monkeypatch):
+    """Routes beyond the map's room are the daemon's; a client of ours the map cannot
+    hold would make the program forward what the daemon keeps: then nothing is attached."""
+    monkeypatch.setattr(kernel_forward, "MAX_ROUTES", 1)
+    monkeypatch.setattr(kernel_forward, "MAX_LOCAL", 2)
+    with line() as net, forwarder(net) as kf:
+        assert kf.status()["routes"] == 1
+        # whichever route did not fit: its frames reach M's socket
+        at_b, at_m, at_a = exchange(net, mark([frame(net), frame(net, dest=ELSEWHERE, ttvn=3)]))
+        assert (0 in at_b) != (1 in at_a), "exactly one of the two routes is in the kernel"
+        assert (0 in at_m) == (0 not in at_b) and (1 in at_m) == (1 not in at_a)
+        more = {(Mac(b"\x02\xc1\x1e\x00\x00\x02"), 0): True, (Mac(b"\x02\xc1\x1e\x00\x00\x03"), 0): True}
+        kf.apply(ForwardingUpdate(origs={}, clients={}, local_clients=more))
+        assert not kf.active and kf.error and kf.status()["interfaces"] == []
+        at_b, at_m, at_a = exchange(net, mark([frame(net), frame(net, dest=ELSEWHERE, ttvn=3)]))
+        assert not at_b and not at_a and set(at_m) == {0, 1}

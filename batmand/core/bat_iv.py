@@ -31,6 +31,7 @@ NO_DUP, ORIG_DUP, NEIGH_DUP, PROTECTED = range(4)
 # the flags as plain ints: IntFlag arithmetic costs a Python call per OGM
 _DIRECTLINK, _NOT_BEST_NEXT_HOP = int(OgmFlags.DIRECTLINK), int(OgmFlags.NOT_BEST_NEXT_HOP)
 _WINDOW_CUBE = WINDOW_SIZE ** 3
+_TQ_MAX_CUBE = TQ_MAX ** 3
 _WINDOW_MASK = (1 << WINDOW_SIZE) - 1
 _ETH_P_BATMAN_BYTES = ETH_P_BATMAN.to_bytes(2, "big")
 
@@ -615,7 +616,10 @@ class BatmanIV:
                  else neigh.ifinfo_get(outif)) or neigh.ifinfo_new(outif, IvNeighIfInfo)
         oinfo = (orig_neigh.if_default if outif is None else orig_neigh.if_info if outif is orig_neigh.if_key
                  else orig_neigh.ifinfo_get(outif))
-        rq_count = _synced(ninfo, oinfo.window_pos if oinfo is not None else 0).bit_count()
+        pos = oinfo.window_pos if oinfo is not None else 0
+        # (the link's window moves with the neighbour's own OGMs, once a second: mostly
+        # it is where the table is, and _synced need not be called)
+        rq_count = (ninfo.real_bits if ninfo.window_pos == pos else _synced(ninfo, pos)).bit_count()
         total = echo_count if echo_count < rq_count else rq_count
         if total < BIDIRECT_SEND_MINIMUM or rq_count < BIDIRECT_RECV_MINIMUM:
             tq_own = 0
@@ -626,7 +630,7 @@ class BatmanIV:
         tq_iface = TQ_MAX - if_incoming.settings.hop_penalty
         if outif is not None and if_incoming is outif and if_incoming.wifi:
             tq_iface = hop_penalty(tq_iface, mesh.config.hop_penalty)  # half duplex
-        return ogm.tq * tq_own * tq_asym * tq_iface // (TQ_MAX * TQ_MAX * TQ_MAX)
+        return ogm.tq * tq_own * tq_asym * tq_iface // _TQ_MAX_CUBE
 
     def _orig_update(self, now: float, orig_node: OrigNode, info, eth_src: bytes, ogm: IvOgmFields, tq: int,
                      if_incoming: HardInterface, outif, dup: int, neigh: NeighNode | None) -> None:

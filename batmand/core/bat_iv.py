@@ -31,6 +31,7 @@ NO_DUP, ORIG_DUP, NEIGH_DUP, PROTECTED = range(4)
 # the flags as plain ints: IntFlag arithmetic costs a Python call per OGM
 _DIRECTLINK, _NOT_BEST_NEXT_HOP = int(OgmFlags.DIRECTLINK), int(OgmFlags.NOT_BEST_NEXT_HOP)
 _WINDOW_CUBE = WINDOW_SIZE ** 3
+_TQ_MAX_CUBE = TQ_MAX ** 3
 _WINDOW_MASK = (1 << WINDOW_SIZE) - 1
 _ETH_P_BATMAN_BYTES = ETH_P_BATMAN.to_bytes(2, "big")
 
@@ -50,6 +51,11 @@ class IvIface:
 _TQ_COUNT_SHIFT = 8 * TQ_GLOBAL_WINDOW_SIZE
 _TQ_INDEX_SHIFT = _TQ_COUNT_SHIFT + 3
 _TQ_SUM_SHIFT = _TQ_INDEX_SHIFT + 3
+# per ring index: what a change of its TQ by 1 adds (to the TQ and to the sum), and the move
+# to the next index (push_tq: tables, as it runs a few times per OGM and pass)
+_TQ_VALUE_STEP = tuple((1 << 8 * i) + (1 << _TQ_SUM_SHIFT) for i in range(TQ_GLOBAL_WINDOW_SIZE))
+_TQ_INDEX_STEP = tuple((1 if i < TQ_GLOBAL_WINDOW_SIZE - 1 else 1 - TQ_GLOBAL_WINDOW_SIZE) << _TQ_INDEX_SHIFT
+                       for i in range(TQ_GLOBAL_WINDOW_SIZE))
 
 
 @dataclass(eq=False, slots=True)
@@ -86,14 +92,11 @@ class IvNeighIfInfo(NeighIfInfo):
         """batadv_ring_buffer_set (the average is read from the sum and count)."""
         ring = self.tq_ring
         index = ring >> _TQ_INDEX_SHIFT & 7
-        shift = 8 * index
-        old = ring >> shift & 0xFF
-        delta = value - old
-        # each field changes by its difference (none borrows from or carries into the next)
-        self.tq_ring = ring + ((delta << shift) + (delta << _TQ_SUM_SHIFT)
-                               + (((value > 0) - (old > 0)) << _TQ_COUNT_SHIFT)
-                               + ((1 if index < TQ_GLOBAL_WINDOW_SIZE - 1 else 1 - TQ_GLOBAL_WINDOW_SIZE)
-                                  << _TQ_INDEX_SHIFT))
+        old = ring >> 8 * index & 0xFF
+        # each field changes by its difference (none borrows from or carries into the
+        # next): the TQ and the sum by value - old, the count by the change in non-zero
+        self.tq_ring = (ring + (value - old) * _TQ_VALUE_STEP[index]
+                        + ((value > 0) - (old > 0) << _TQ_COUNT_SHIFT) + _TQ_INDEX_STEP[index])
 
 
 @dataclass(eq=False, slots=True)
@@ -448,9 +451,16 @@ class BatmanIV:
         orig_node = mesh.originators.get_or_create(ogm.orig, now)
         if orig_node is None:
             return
-        self._process_per_outif(now, if_incoming, eth_src, ogm, orig_node, None)
+        # The kernel looks these up in each pass; here once: the sender's neighbour entry
+        # (None until a pass made it) and the sender's originator (once a pass looked it
+        # up). Nothing between the passes removes either or touches another originator.
+        key = (eth_src, if_incoming)
+        sender = orig_node.neighbours.get(key)
+        orig_neigh = self._process_per_outif(now, if_incoming, eth_src, ogm, orig_node, None, sender, None)
         for out in mesh.active:
-            self._process_per_outif(now, if_incoming, eth_src, ogm, orig_node, out)
+            if sender is None:
+                sender = orig_node.neighbours.get(key)
+            orig_neigh = self._process_per_outif(now, if_incoming, eth_src, ogm, orig_node, out, sender, orig_neigh)
 
     def _count_echo(self, if_incoming: HardInterface, eth_src: bytes, ogm: IvOgmFields) -> None:
         """A neighbour re-broadcast our own OGM: count it in bcast_own for the link check."""
@@ -466,15 +476,16 @@ class BatmanIV:
         if 0 <= bit < WINDOW_SIZE:
             info.bcast_own |= 1 << bit
 
-    def _update_seqnos(self, now: float, if_incoming: HardInterface, eth_src: bytes, ogm: IvOgmFields,
-                       orig_node: OrigNode, outif) -> int:
+    def _update_seqnos(self, now: float, ogm: IvOgmFields, orig_node: OrigNode, sender: NeighNode | None,
+                       outif) -> int:
         """batadv_iv_ogm_update_seqnos: duplicate status and the receive windows. The kernel
         walks every neighbour; here only the sender's window is touched (the others slide
         when read, see IvNeighIfInfo) and the union of all windows answers whether another
-        neighbour sent this seqno already."""
+        neighbour sent this seqno already. `sender`: the entry the OGM came through, None
+        if there is none yet."""
         info = (orig_node.if_default if outif is None else orig_node.if_info if outif is orig_node.if_key
                 else orig_node.ifinfo_get(outif)) or orig_node.ifinfo_new(outif, IvOrigIfInfo)
-        diff = seq_diff32(ogm.seqno, info.last_real_seqno)
+        diff = ((ogm.seqno - info.last_real_seqno + 0x80000000) & 0xFFFFFFFF) - 0x80000000  # seq_diff32
         neighbours = orig_node.neighbours
         if neighbours and not -WINDOW_SIZE < diff < EXPECTED_SEQNO_RANGE:  # a jump: a restart?
             drop, info.seqno_reset, _ = window_protected(diff, now, info.seqno_reset,
@@ -483,7 +494,6 @@ class BatmanIV:
                 return PROTECTED
         if info.union_generation != orig_node.neigh_generation:
             self._rebuild_union(info, neighbours, outif, orig_node.neigh_generation)
-        sender = neighbours.get((eth_src, if_incoming))
         ninfo = None if sender is None else (
             (sender.if_default if outif is None else sender.if_info if outif is sender.if_key
              else sender.ifinfo_get(outif)) or sender.ifinfo_new(outif, IvNeighIfInfo))
@@ -525,17 +535,21 @@ class BatmanIV:
         info.union, info.union_generation = union, generation
 
     def _process_per_outif(self, now: float, if_incoming: HardInterface, eth_src: bytes, ogm: IvOgmFields,
-                           orig_node: OrigNode, outif) -> None:
+                           orig_node: OrigNode, outif, sender: NeighNode | None,
+                           orig_neigh: OrigNode | None) -> OrigNode | None:
         """batadv_iv_ogm_process_per_outif. The kernel works on a private copy because the
-        TQ gets rewritten; here the rewritten TQ is a local value and the OGM stays as is."""
+        TQ gets rewritten; here the rewritten TQ is a local value and the OGM stays as is.
+        `sender`: orig_node's neighbour entry the OGM came through (None: none yet);
+        `orig_neigh`: the sender's originator if an earlier pass for this OGM looked it up
+        (None: not yet); returns it as known after this pass."""
         mesh = self.mesh
-        dup = self._update_seqnos(now, if_incoming, eth_src, ogm, orig_node, outif)
+        dup = self._update_seqnos(now, ogm, orig_node, sender, outif)
         single_hop = eth_src == ogm.orig
         if dup == PROTECTED:
             mesh.counters.drop("ogm_seqno_protected")
-            return
+            return orig_neigh
         if ogm.tq == 0:
-            return
+            return orig_neigh
         if single_hop:
             neigh = if_incoming.neighbours.get(eth_src)
             if neigh is not None:
@@ -552,33 +566,34 @@ class BatmanIV:
             if router.addr == ogm.prev_sender and ogm.orig != ogm.prev_sender:
                 router_router = router.orig_node.router(outif)
                 if router_router is not None and router.addr == router_router.addr:
-                    return  # avoid temporary routing loops
+                    return orig_neigh  # avoid temporary routing loops
         if outif is None and ogm.tvlvs:  # batadv_tvlv_ogm_receive: an OGM without TVLVs runs no handler
             mesh.ogm_tvlvs_received(now, orig_node, ogm.tvlvs, ogm.seqno)
-        orig_neigh = orig_node if single_hop else mesh.originators.get_or_create(eth_src, now)
-        if orig_neigh is None:
-            return
-        if not single_hop:
+        if single_hop:
+            orig_neigh = orig_node
+        else:
+            if orig_neigh is None:
+                orig_neigh = mesh.originators.get_or_create(eth_src, now)
+                if orig_neigh is None:
+                    return None
             neigh_info = (orig_neigh.if_default if outif is None else orig_neigh.if_info if outif is orig_neigh.if_key
                           else orig_neigh.ifinfo_get(outif))
             if neigh_info is None or neigh_info.router is None:
-                return  # OGM via unknown neighbour
+                return orig_neigh  # OGM via unknown neighbour
         tq = self._calc_tq(now, orig_node, orig_neigh, ogm, if_incoming, outif)
         bidirect = tq >= TOTAL_BIDIRECT_LIMIT
         same_seq = info.last_real_seqno == ogm.seqno
         similar_ttl = info.last_ttl - 3 <= ogm.ttl
         if bidirect and (dup == NO_DUP or (same_seq and similar_ttl)):
-            self._orig_update(now, orig_node, info, eth_src, ogm, tq, if_incoming, outif, dup)
+            self._orig_update(now, orig_node, info, eth_src, ogm, tq, if_incoming, outif, dup, sender)
         if outif is None:
-            return  # no forwarding from the default table
+            return orig_neigh  # no forwarding from the default table
         if single_hop:
-            if ogm.ttl <= 2 and if_incoming is not outif:
-                return  # secondary-interface OGMs are only echoed where they came in
-            self._forward(now, eth_src, ogm, tq, True, from_best, if_incoming, outif)
-            return
-        if not bidirect or dup == NEIGH_DUP or not from_best:
-            return  # (only the best next hop's copy is forwarded)
-        self._forward(now, eth_src, ogm, tq, False, from_best, if_incoming, outif)
+            if ogm.ttl > 2 or if_incoming is outif:  # secondary-interface OGMs are only echoed where they came in
+                self._forward(now, eth_src, ogm, tq, True, from_best, if_incoming, outif)
+        elif bidirect and dup != NEIGH_DUP and from_best:  # only the best next hop's copy is forwarded
+            self._forward(now, eth_src, ogm, tq, False, from_best, if_incoming, outif)
+        return orig_neigh
 
     def _calc_tq(self, now: float, orig_node: OrigNode, orig_neigh: OrigNode, ogm: IvOgmFields,
                  if_incoming: HardInterface, outif) -> int:
@@ -601,7 +616,10 @@ class BatmanIV:
                  else neigh.ifinfo_get(outif)) or neigh.ifinfo_new(outif, IvNeighIfInfo)
         oinfo = (orig_neigh.if_default if outif is None else orig_neigh.if_info if outif is orig_neigh.if_key
                  else orig_neigh.ifinfo_get(outif))
-        rq_count = _synced(ninfo, oinfo.window_pos if oinfo is not None else 0).bit_count()
+        pos = oinfo.window_pos if oinfo is not None else 0
+        # (the link's window moves with the neighbour's own OGMs, once a second: mostly
+        # it is where the table is, and _synced need not be called)
+        rq_count = (ninfo.real_bits if ninfo.window_pos == pos else _synced(ninfo, pos)).bit_count()
         total = echo_count if echo_count < rq_count else rq_count
         if total < BIDIRECT_SEND_MINIMUM or rq_count < BIDIRECT_RECV_MINIMUM:
             tq_own = 0
@@ -612,13 +630,15 @@ class BatmanIV:
         tq_iface = TQ_MAX - if_incoming.settings.hop_penalty
         if outif is not None and if_incoming is outif and if_incoming.wifi:
             tq_iface = hop_penalty(tq_iface, mesh.config.hop_penalty)  # half duplex
-        return ogm.tq * tq_own * tq_asym * tq_iface // (TQ_MAX * TQ_MAX * TQ_MAX)
+        return ogm.tq * tq_own * tq_asym * tq_iface // _TQ_MAX_CUBE
 
     def _orig_update(self, now: float, orig_node: OrigNode, info, eth_src: bytes, ogm: IvOgmFields, tq: int,
-                     if_incoming: HardInterface, outif, dup: int) -> None:
-        """batadv_iv_ogm_orig_update: TQ rings, then maybe a new router."""
+                     if_incoming: HardInterface, outif, dup: int, neigh: NeighNode | None) -> None:
+        """batadv_iv_ogm_orig_update: TQ rings, then maybe a new router. `neigh`: the
+        sender's entry as the pass began (None: _calc_tq may have made it since)."""
         mesh = self.mesh
-        neigh = orig_node.neighbours.get((eth_src, if_incoming))
+        if neigh is None:
+            neigh = orig_node.neighbours.get((eth_src, if_incoming))
         if dup == NO_DUP:  # a new seqno: the neighbours that did not send it score a zero
             for candidate in orig_node.neighbours.values():
                 if candidate is not neigh:
@@ -645,13 +665,13 @@ class BatmanIV:
         if router is not None:
             rinfo = (router.if_default if outif is None else router.if_info if outif is router.if_key
                      else router.ifinfo_get(outif))
-            if rinfo is None or _tq(rinfo) > _tq(ninfo):
+            if rinfo is None:
                 return
-            if _tq(rinfo) == _tq(ninfo):
-                sum_router = self._bcast_own_sum(router)
-                sum_neigh = self._bcast_own_sum(neigh)
-                if sum_router >= sum_neigh:
-                    return
+            router_tq, neigh_tq = _tq(rinfo), _tq(ninfo)
+            if router_tq > neigh_tq:
+                return
+            if router_tq == neigh_tq and self._bcast_own_sum(router) >= self._bcast_own_sum(neigh):
+                return
         mesh.update_route(orig_node, outif, neigh, now)
 
     @staticmethod

@@ -82,6 +82,8 @@ class TvlvCache:
 def walk_iv_ogms(data, cache: TvlvCache) -> list[IvOgmFields]:
     """The elements of an IV OGM frame (Ethernet header included), walked as the kernel
     walks an aggregate (decode_frame's rules); WireError where decode_frame raises one."""
+    if type(data) is not bytes:  # (a bytearray or memoryview: then its slices would not be bytes)
+        data = bytes(data)
     end = len(data)
     if end < ETH_HLEN or _ETH_PROTO.unpack_from(data, 12)[0] != ETH_P_BATMAN:
         return _refused(data)
@@ -89,7 +91,8 @@ def walk_iv_ogms(data, cache: TvlvCache) -> list[IvOgmFields]:
     if end - off < 2 or data[off] != PacketType.IV_OGM or data[off + 1] != COMPAT_VERSION:
         return _refused(data)
     elements = []
-    unpack, get, new = _FIELDS.unpack_from, cache.get, tuple.__new__  # (IvOgmFields(...) runs Python code)
+    unpack, new = _FIELDS.unpack_from, tuple.__new__  # (IvOgmFields(...) runs Python code)
+    cached, get = cache._decoded.get, cache.get  # a hit without a Python call, else decode and keep
     while True:
         if end - off < OGM_HLEN:
             return _refused(data)  # only the first element gets here short
@@ -98,8 +101,8 @@ def walk_iv_ogms(data, cache: TvlvCache) -> list[IvOgmFields]:
         stop = start + tvlv_len
         if stop > end:
             return _refused(data)
-        tvlvs = get(bytes(data[start:stop])) if tvlv_len else ()
-        elements.append(new(IvOgmFields, (ttl, flags, seqno, orig, prev, tq, tvlvs, bytes(data[off:stop]))))
+        tvlvs = (cached(value := data[start:stop]) or get(value)) if tvlv_len else ()
+        elements.append(new(IvOgmFields, (ttl, flags, seqno, orig, prev, tq, tvlvs, data[off:stop])))
         off = stop
         # the next element: same packet type, header and TVLVs inside the frame, even length
         if off >= end or data[off] != PacketType.IV_OGM or end - off < OGM_HLEN:

@@ -78,7 +78,7 @@ def test_duplicate_status_and_windows_are_the_kernels(operations):
                 before = {k: receive_window(orig_node, n, outif) for k, n in orig_node.neighbours.items()}
                 status, windows = kernel_walk(before, info.last_real_seqno, seqno, key)
                 ogm = IvOgmFields(50, 0, seqno, bytes(ORIG), bytes(NEIGHS[index]), 200, (), b"")
-                got = algo._update_seqnos(0.0, iface, bytes(NEIGHS[index]), ogm, orig_node, outif)
+                got = algo._update_seqnos(0.0, ogm, orig_node, orig_node.neighbours.get(key), outif)
                 if got == PROTECTED:
                     continue  # a jump inside the reset protection: nothing was changed
                 assert got == status

@@ -89,3 +89,14 @@ def test_the_tvlv_cache_is_bounded_in_bytes():
         assert cache.get(value)[0].value == value[4:]
     assert cache.size <= 4000 and len(cache) == 4000 // TvlvCache.cost(values[0]) > 1
     assert cache.get(values[-1]) is cache.get(values[-1])  # the newest are kept
+
+
+@given(aggregates, macs)
+def test_a_buffer_is_walked_as_its_bytes(ogms, src):
+    """A bytearray or memoryview frame gives what its bytes give, every field bytes."""
+    data = build_frame(BROADCAST, src, *ogms)
+    expected = walk_iv_ogms(data, TvlvCache())
+    for buffer in (bytearray(data), memoryview(data)):
+        elements = walk_iv_ogms(buffer, TvlvCache())
+        assert elements == expected
+        assert all(type(e.raw) is bytes and type(e.orig) is bytes for e in elements)

@@ -144,7 +144,7 @@ class Options:
                                  help="leave partial checksums to the kernel (TAP and the hard interfaces)")
     kernel_forward: bool = setting(True, FLAG, live=False,
                                    help="forward plain unicast through this node in the kernel (eBPF on the hard "
-                                        "interfaces' ingress, Linux 6.6+); off: the daemon forwards every frame")
+                                        "interfaces' ingress, Linux 6.6+) instead of in the daemon")
     rx_ring: str = setting("v2", Choice(("v2", "v3")), live=False,
                            help="PACKET_MMAP receive ring: v2 (a wake-up per burst) or v3 (block timer)")
     # not settings: what the keys above fill in

@@ -28,7 +28,7 @@ SANDBOX = str(Path(__file__).with_name("unit_sandbox.py"))
 SYSTEM_PYTHON = "/usr/bin/python3"  # Debian's, for python3-seccomp
 BATMAND = [sys.executable, "-m", "batmand.daemon_main"]
 BATMANCTL = [sys.executable, "-m", "batmand.cli.main"]
-NET_ADMIN_AND_RAW = (1 << 12) | (1 << 13)
+UNIT_CAPS = (1 << 12) | (1 << 13) | (1 << 39)  # CAP_NET_ADMIN, CAP_NET_RAW, CAP_BPF
 MAX_EXPOSURE = 2.5
 
 
@@ -174,7 +174,7 @@ def test_sandbox_applies_the_unit(installed_unit, tmp_path):
                                 capture_output=True, text=True, timeout=60)
     assert seen == {"mmap_wx": "EPERM", "mmap_rw": "ok", "inet6": "EAFNOSUPPORT", "packet": "ok",
                     "unshare_net": "EPERM", "write_etc": "EROFS", "write_state": "ok", "write_sys": "EROFS",
-                    "tun": "ok", "umask": "0o77", "cap_eff": NET_ADMIN_AND_RAW, "no_new_privs": "1", "seccomp": "2",
+                    "tun": "ok", "umask": "0o77", "cap_eff": UNIT_CAPS, "no_new_privs": "1", "seccomp": "2",
                     "dev": ["fd", "full", "net", "null", "random", "shm", "stderr", "stdin", "stdout", "tty",
                             "urandom", "zero"]}
     assert killed.returncode == -signal.SIGSYS, killed.stdout + killed.stderr
@@ -252,7 +252,7 @@ def test_daemon_runs_under_the_units_restrictions(installed_unit, tmp_path):
                 assert len(tree) == 1 + workers, tree  # the workers started under the restrictions
                 for pid in tree:
                     status = _status(pid)
-                    assert int(status["CapEff"], 16) == NET_ADMIN_AND_RAW and status["Seccomp"] == "2", pid
+                    assert int(status["CapEff"], 16) == UNIT_CAPS and status["Seccomp"] == "2", pid
                 tasks = sum(len(os.listdir(f"/proc/{pid}/task")) for pid in tree)
                 pss = sum(int(re.search(r"^Pss:\s+(\d+)", Path(f"/proc/{pid}/smaps_rollup").read_text(), re.M).group(1))
                           for pid in tree)

@@ -55,7 +55,7 @@ S_ISUID, S_ISGID, O_CREAT = 0o4000, 0o2000, 0o100
 SCHED_FIFO, SCHED_RR, SCHED_DEADLINE, SCHED_RESET_ON_FORK = 1, 2, 6, 0x40000000
 AF_MAX = 46
 CLOSED_DEVICES = ("null", "zero", "full", "random", "urandom", "tty")  # DevicePolicy=closed
-CAPS = {"CAP_NET_ADMIN": 12, "CAP_NET_RAW": 13}
+CAPS = {"CAP_NET_ADMIN": 12, "CAP_NET_RAW": 13, "CAP_BPF": 39}
 
 libc = ctypes.CDLL(None, use_errno=True)
 

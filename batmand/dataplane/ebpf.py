@@ -13,6 +13,7 @@ import errno
 import os
 import platform
 import struct
+import sys
 
 # bpf(2) commands and constants (linux/bpf.h)
 _MAP_CREATE, _MAP_LOOKUP, _MAP_UPDATE, _MAP_DELETE, _PROG_LOAD, _LINK_CREATE = 0, 1, 2, 3, 5, 28
@@ -22,27 +23,25 @@ PROG_SCHED_CLS = 3
 ATTACH_TCX_INGRESS = 46
 PSEUDO_MAP_FD = 1
 HELPER_MAP_LOOKUP, HELPER_REDIRECT = 1, 23
-TC_NEXT, TC_REDIRECT = -1, 7  # tcx verdicts: on to the next program / the stack; redirected
+TC_NEXT = -1  # tcx verdict: on to the next program, then the stack
 
 _SYSCALL_BPF = {"x86_64": 321, "aarch64": 280, "armv7l": 386, "armv6l": 386, "riscv64": 280,
-                "ppc64le": 361, "s390x": 351, "i686": 357, "mips": 4355}
+                "ppc64le": 361, "s390x": 351, "i686": 357, "mips": 4355}.get(platform.machine())
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 
 
 class BpfError(OSError):
-    """A bpf(2) command failed; for a program the verifier's log is in `log`."""
+    """A bpf(2) command failed; for a program the verifier's log follows the message."""
 
     def __init__(self, err: int, what: str, log: str = "") -> None:
         super().__init__(err, f"{what}: {os.strerror(err)}" + (f"\n{log}" if log else ""))
-        self.log = log
 
 
 def _bpf(cmd: int, attr: ctypes.Array, what: str) -> int:
-    number = _SYSCALL_BPF.get(platform.machine())
-    if number is None:
+    if _SYSCALL_BPF is None:
         raise BpfError(errno.ENOSYS, f"{what}: no bpf(2) number known for {platform.machine()}")
-    result = _libc.syscall(number, cmd, attr, len(attr))
+    result = _libc.syscall(_SYSCALL_BPF, cmd, attr, len(attr))
     if result < 0:
         raise BpfError(ctypes.get_errno(), what)
     return result
@@ -192,9 +191,6 @@ class Program:
     def jump_if_reg(self, dst: int, op: str, src: int, target: str) -> None:
         self._emit(0x0D | _JMP[op], dst, src, target)  # BPF_JMP | BPF_X
 
-    def jump(self, target: str) -> None:
-        self._emit(0x05, 0, 0, target)
-
     def call(self, helper: int) -> None:
         self._emit(0x85, 0, 0, 0, helper)
 
@@ -202,9 +198,12 @@ class Program:
         self._emit(0x95)
 
     def assemble(self) -> bytes:
+        """struct bpf_insn in this machine's order (its register nibbles too: the
+        bitfields' order follows the byte order)."""
         out = bytearray()
         for index, (code, dst, src, off, imm) in enumerate(self._insns):
             if isinstance(off, str):
                 off = self._labels[off] - index - 1
-            out += struct.pack("<BBhi", code, dst | src << 4, off, imm if imm < 1 << 31 else imm - (1 << 32))
+            regs = dst | src << 4 if sys.byteorder == "little" else dst << 4 | src
+            out += struct.pack("=BBhi", code, regs, off, imm if imm < 1 << 31 else imm - (1 << 32))
         return bytes(out)

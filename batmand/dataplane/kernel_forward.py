@@ -193,6 +193,8 @@ class KernelForward:
                 known[name] = (bytes(mac), mtu, socket.if_nametoindex(name))
             except OSError:
                 continue  # gone already: the daemon hears of it next
+        if known == self.ports and wifi == self.wifi and self.links.keys() == known.keys():
+            return  # (a link event that changed nothing of ours: no rewrite of every route)
         # gone, a new MAC, or the same name on a new interface: no route may point there
         # any more when its program goes (it is attached afresh if still ours)
         stale = [n for n in self.links if n not in known or known[n][::2] != self.ports[n][::2]]
@@ -211,13 +213,13 @@ class KernelForward:
             self._unavailable(exc)
 
     def apply(self, update) -> None:
+        if not self.active:
+            return  # (for good: nothing to keep in step)
         for orig, route in update.origs.items():
             if route is None:
                 self.origs.pop(orig, None)
             else:
                 self.origs[orig] = route
-        if not self.active:
-            return
         try:
             for (mac, vid), state in update.local_clients.items():
                 if state is None:

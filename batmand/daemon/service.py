@@ -524,7 +524,7 @@ class Service:
         wifi = any(i.wifi for i in self.mesh.active_ifaces())
         self.dataplane.set_ports(ifaces, primary, wifi)
         if self.kernel_forward is not None:
-            self.kernel_forward.set_ports(ifaces, wifi)
+            self.kernel_forward.set_ports(ifaces, primary, wifi)
 
     # --- frames in ------------------------------------------------------------------------------------
 
@@ -539,7 +539,7 @@ class Service:
             self.dataplane = WorkerPool(self.loop, self.softif.fds, self._slow_host, self._slow_mesh, settings)
             log.info("%d data-plane workers: pids %s", opts.workers, ", ".join(map(str, self.dataplane.pids())))
         if opts.kernel_forward:
-            self.kernel_forward = KernelForward()
+            self.kernel_forward = KernelForward(self.softif.name)
 
     def _slow_host(self, frame: bytes) -> None:
         """A frame from the host that the data plane left to the protocol core."""
@@ -625,6 +625,9 @@ class Service:
         if now >= self._next_seen:
             self._next_seen = now + SEEN_PERIOD
             seen = self.dataplane.take_seen()
+            if self.kernel_forward is not None:
+                for source, when in self.kernel_forward.take_seen().items():
+                    seen[source] = max(when, seen.get(source, 0.0))
             if seen:
                 self.mesh.local_clients_seen(seen)
         if now >= self._next_speed_check:  # link speeds can change (the kernel asks on every ELP)

@@ -136,7 +136,7 @@ def dataplane_now(service) -> dict:
 
 
 def dataplane_counters(service) -> dict:
-    """The data plane's counters with what the kernel forwarded for it."""
+    """The data plane's counters with what the kernel forwarded and delivered for it."""
     counters = service.dataplane.counters()
     if service.kernel_forward is not None:
         for key, value in service.kernel_forward.counters().items():

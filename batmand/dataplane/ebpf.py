@@ -17,13 +17,16 @@ import sys
 
 # bpf(2) commands and constants (linux/bpf.h)
 _MAP_CREATE, _MAP_LOOKUP, _MAP_UPDATE, _MAP_DELETE, _PROG_LOAD, _LINK_CREATE = 0, 1, 2, 3, 5, 28
-MAP_HASH, MAP_PERCPU_ARRAY = 1, 6
+MAP_HASH, MAP_ARRAY, MAP_PERCPU_ARRAY = 1, 2, 6
 NO_PREALLOC = 1  # a hash map takes kernel memory per entry, not for max_entries up front
 PROG_SCHED_CLS = 3
 ATTACH_TCX_INGRESS = 46
 PSEUDO_MAP_FD = 1
-HELPER_MAP_LOOKUP, HELPER_REDIRECT = 1, 23
+HELPER_MAP_LOOKUP, HELPER_KTIME_GET_NS, HELPER_REDIRECT, HELPER_SKB_ADJUST_ROOM = 1, 5, 23, 50
+REDIRECT_INGRESS = 1  # BPF_F_INGRESS: into the interface's receive path, not out of it
+ADJ_ROOM_MAC = 1  # bpf_skb_adjust_room: room behind the Ethernet header
 TC_NEXT = -1  # tcx verdict: on to the next program, then the stack
+TC_SHOT = 2  # tcx verdict: drop
 
 _SYSCALL_BPF = {"x86_64": 321, "aarch64": 280, "armv7l": 386, "armv6l": 386, "riscv64": 280,
                 "ppc64le": 361, "s390x": 351, "i686": 357, "mips": 4355}.get(platform.machine())
@@ -184,6 +187,9 @@ class Program:
     def load_imm64(self, dst: int, value: int, map_fd: bool = False) -> None:
         self._emit(0x18, dst, PSEUDO_MAP_FD if map_fd else 0, 0, value & 0xFFFFFFFF)
         self._emit(0, 0, 0, 0, (value >> 32) & 0xFFFFFFFF)
+
+    def jump(self, target: str) -> None:
+        self._emit(0x05, 0, 0, target)  # BPF_JMP | BPF_JA
 
     def jump_if(self, dst: int, op: str, imm: int, target: str) -> None:
         self._emit(0x05 | _JMP[op], dst, 0, target, imm)  # BPF_JMP | BPF_K

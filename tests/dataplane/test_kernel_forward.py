@@ -71,7 +71,7 @@ def forwarder(net: dict, wifi: bool = False):
         if not kf.active:
             pytest.skip(f"no eBPF forwarding here: {kf.error}")
         try:
-            kf.set_ports({"m1": (net["m1"], M1_MTU), "m2": (net["m2"], M2_MTU)}, wifi)
+            kf.set_ports({"m1": (net["m1"], M1_MTU), "m2": (net["m2"], M2_MTU)}, None, wifi)
             kf.apply(route_update(net))
             yield kf
         finally:
@@ -235,11 +235,11 @@ def test_routes_clients_ports_and_wifi_follow_the_table():
             assert check(net, table, mark([frame(net, ttvn=TTVN + 1, inner_dst=bytes(client[0]), tag=3)])) == want
         # Wi-Fi: nothing
         with entered(net["m"]):
-            kf.set_ports({"m1": (net["m1"], M1_MTU), "m2": (net["m2"], M2_MTU)}, True)
+            kf.set_ports({"m1": (net["m1"], M1_MTU), "m2": (net["m2"], M2_MTU)}, None, True)
         assert check(net, table, mark([frame(net, ttvn=TTVN + 1)]), wifi=True) == 0
         # m2 no longer a port of ours: nothing toward it
         with entered(net["m"]):
-            kf.set_ports({"m1": (net["m1"], M1_MTU)}, False)
+            kf.set_ports({"m1": (net["m1"], M1_MTU)}, None, False)
         at_b, at_m, _ = exchange(net, mark([frame(net, ttvn=TTVN + 1)]))
         assert at_m and not at_b
         assert kf.status()["interfaces"] == ["m1"]

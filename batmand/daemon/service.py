@@ -415,6 +415,8 @@ class Service:
         link = new or old
         if link.kind == "vlan" or link.name == self.softif.name:
             self._update_vlans()
+        if link.name == self.softif.name and self.kernel_forward is not None:
+            self.kernel_forward.set_soft_up(new is not None and new.up)
         name = link.name
         if name not in self.wanted:
             return

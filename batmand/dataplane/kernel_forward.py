@@ -368,6 +368,7 @@ class KernelForward:
         self.ports: dict[str, tuple[bytes, int, int]] = {}  # name -> (mac, mtu, ifindex)
         self.wifi = False
         self.primary: bytes | None = None
+        self.soft_up = False  # bat0 administratively up (else the daemon delivers, and counts the drops)
         self.links: dict[str, tuple[int, int]] = {}  # name -> (program fd, link fd)
         self.error: str | None = None  # why nothing is attached
         self.deliver_error: str | None = None  # why nothing is delivered, for good
@@ -438,6 +439,11 @@ class KernelForward:
             self._sync_routes(self.origs)
         except OSError as exc:
             self._unavailable(exc)
+
+    def set_soft_up(self, up: bool) -> None:
+        if self.active and up != self.soft_up:
+            self.soft_up = up
+            self._write_config()
 
     def apply(self, update) -> None:
         if not self.active:
@@ -523,6 +529,8 @@ class KernelForward:
         slow = self._slow
         if self.device is None:
             return self.deliver_error or "closed"
+        if not self.soft_up:
+            return "the soft interface is down"
         if self.primary is None:
             return "no primary interface"
         if slow.clients or slow.from_last_hops:

@@ -44,7 +44,7 @@ def node():
         ip("link", "add", "a0", "netns", a, "type", "veth", "peer", "name", "m1", "netns", m)
         ip("link", "set", "m1", "address", Mac(PRIMARY).__str__(), netns=m)
         for ns, dev in ((a, "a0"), (m, "m1")):
-            ip("link", "set", dev, "up", netns=ns)
+            ip("link", "set", dev, "mtu", "1560", "up", netns=ns)  # room for a full 1500-byte inner frame
         with entered(m):
             tap = pytun.TunTapDevice(name="bat0", flags=pytun.IFF_TAP | pytun.IFF_NO_PI)
         try:
@@ -69,6 +69,7 @@ def deliverer(net: dict, slow: SlowPath = SlowPath()):
             pytest.skip(f"no eBPF delivery here: {kf.error or kf.deliver_error}")
         try:
             kf.set_ports({"m1": (PRIMARY, 1500)}, PRIMARY, False)
+            kf.set_soft_up(True)
             kf.apply(tables(slow))
             yield kf
         finally:
@@ -166,7 +167,8 @@ def test_the_kernel_delivers_only_what_the_data_plane_delivers():
     with node() as net, deliverer(net, SlowPath(rules=frozenset({DHCP}))) as kf:
         cases = [
             frame(net), frame(net, ip4(6, 80)), frame(net, ip4(17, 67)), frame(net, ip6(17, 5000), ethertype=0x86DD),
-            frame(net, ip6(6, 22), ethertype=0x86DD), frame(net, inner_dst=OTHER_CLIENT),  # delivered: 6
+            frame(net, ip6(6, 22), ethertype=0x86DD), frame(net, inner_dst=OTHER_CLIENT),
+            frame(net, ip4(6, 80, payload_len=1500 - 28)),  # a full-size inner frame; delivered: 7
             frame(net, ip4(17, 68)),  # DHCP: the core's
             frame(net, ip6(17, 68), ethertype=0x86DD),  # the rule names IPv4 only
             frame(net, inner_dst=LEAVING), frame(net, inner_dst=b"\x02\xbb\x00\x00\x00\x09"),
@@ -178,7 +180,7 @@ def test_the_kernel_delivers_only_what_the_data_plane_delivers():
         ]
         frames = mark(cases)
         delivered = delivered_by_kernel(net, table_of(SlowPath(rules=frozenset({DHCP}))), frames)
-        assert delivered[:6] == list(range(6)), "the plain frames for us and our clients must be delivered"
+        assert delivered[:7] == list(range(7)), "the plain frames for us and our clients must be delivered"
         counters = kf.counters()
         assert counters["rx"] == len(delivered)
         assert counters["rx_bytes"] == sum(len(frames[i]) - 24 for i in delivered)
@@ -256,7 +258,7 @@ def test_watched_sources_are_delivered_and_reported_seen():
         assert check(net, table, frames) == 2
 
 
-def test_no_primary_no_delivery_and_closing_detaches():
+def test_no_primary_or_soft_interface_down_no_delivery_and_closing_detaches():
     with node() as net:
         with deliverer(net) as kf:
             assert check(net, table_of(), mark([frame(net)])) == 1
@@ -268,6 +270,10 @@ def test_no_primary_no_delivery_and_closing_detaches():
             with entered(net["m"]):
                 kf.set_ports({"m1": (PRIMARY, 1500)}, PRIMARY, False)
             assert check(net, table_of(), mark([frame(net)])) == 1
+            kf.set_soft_up(False)  # bat0 down: the daemon's (it counts the frames it cannot write)
+            assert kf.status()["deliver"] == "the soft interface is down"
+            at_soft, at_m = exchange(net, mark([frame(net)]))
+            assert at_m and not at_soft
         at_soft, at_m = exchange(net, mark([frame(net)]))
         assert at_m and not at_soft
         assert "bat0-krx" not in ip("-br", "link", netns=net["m"]), "the delivery device outlived the daemon's use"

@@ -143,8 +143,10 @@ class Options:
     csum_offload: bool = setting(True, FLAG, live=False,
                                  help="leave partial checksums to the kernel (TAP and the hard interfaces)")
     kernel_forward: bool = setting(True, FLAG, live=False,
-                                   help="forward plain unicast through this node in the kernel (eBPF on the hard "
-                                        "interfaces' ingress, Linux 6.6+) instead of in the daemon")
+                                   help="move plain unicast in the kernel (eBPF on the hard interfaces' ingress "
+                                        "and the soft interface's egress, Linux 6.6+): forward it through this "
+                                        "node, deliver it to the host and send it from the host, instead of in "
+                                        "the daemon")
     rx_ring: str = setting("v2", Choice(("v2", "v3")), live=False,
                            help="PACKET_MMAP receive ring: v2 (a wake-up per burst) or v3 (block timer)")
     # not settings: what the keys above fill in

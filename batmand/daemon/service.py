@@ -54,6 +54,9 @@ MCAST_WORK_PERIOD = 0.5  # seconds between two looks at bat0's multicast groups
 # same pace): they refresh timeouts of minutes, and a look at every timer is a scan of
 # the data plane's caches up to a hundred times a second in a large mesh
 SEEN_PERIOD = 0.5
+# how often the daemon looks for packet sockets on bat0 (tcpdump): the kernel fast path then
+# leaves the host's frames to the TAP, where the sockets see them
+TAP_CHECK_PERIOD = 1.0
 MAX_HEADER = 32  # the largest batman-adv header we put in front of a 1500-byte frame
 
 
@@ -85,6 +88,7 @@ class Service:
         self._locks: list = []  # held for the daemon's life: the abstract name, a file lock
         self._next_speed_check = 0.0
         self._next_seen = 0.0
+        self._next_tap_check = 0.0
         self._station_queries: dict[str, asyncio.Future] = {}  # nl80211 station dumps under way
         self.notifier = Notifier()
         self.wanted: set[str] = set()  # hard interfaces to keep attached (configured or added)
@@ -541,7 +545,7 @@ class Service:
             self.dataplane = WorkerPool(self.loop, self.softif.fds, self._slow_host, self._slow_mesh, settings)
             log.info("%d data-plane workers: pids %s", opts.workers, ", ".join(map(str, self.dataplane.pids())))
         if opts.kernel_forward:
-            self.kernel_forward = KernelForward(self.softif.name)
+            self.kernel_forward = KernelForward(self.softif.name, send_tcp=not opts.tso)
 
     def _slow_host(self, frame: bytes) -> None:
         """A frame from the host that the data plane left to the protocol core."""
@@ -632,6 +636,9 @@ class Service:
                     seen[source] = max(when, seen.get(source, 0.0))
             if seen:
                 self.mesh.local_clients_seen(seen)
+        if now >= self._next_tap_check and self.kernel_forward is not None:
+            self._next_tap_check = now + TAP_CHECK_PERIOD
+            self.kernel_forward.watch_taps()
         if now >= self._next_speed_check:  # link speeds can change (the kernel asks on every ELP)
             self._next_speed_check = now + 10.0
             for iface in self.mesh.active_ifaces():

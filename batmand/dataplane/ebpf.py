@@ -20,9 +20,9 @@ _MAP_CREATE, _MAP_LOOKUP, _MAP_UPDATE, _MAP_DELETE, _PROG_LOAD, _LINK_CREATE = 0
 MAP_HASH, MAP_ARRAY, MAP_PERCPU_ARRAY = 1, 2, 6
 NO_PREALLOC = 1  # a hash map takes kernel memory per entry, not for max_entries up front
 PROG_SCHED_CLS = 3
-ATTACH_TCX_INGRESS = 46
+ATTACH_TCX_INGRESS, ATTACH_TCX_EGRESS = 46, 47
 PSEUDO_MAP_FD = 1
-HELPER_MAP_LOOKUP, HELPER_KTIME_GET_NS, HELPER_REDIRECT, HELPER_SKB_ADJUST_ROOM = 1, 5, 23, 50
+HELPER_MAP_LOOKUP, HELPER_KTIME_GET_NS, HELPER_REDIRECT, HELPER_SKB_CHANGE_HEAD, HELPER_SKB_ADJUST_ROOM = 1, 5, 23, 43, 50
 REDIRECT_INGRESS = 1  # BPF_F_INGRESS: into the interface's receive path, not out of it
 ADJ_ROOM_MAC = 1  # bpf_skb_adjust_room: room behind the Ethernet header
 TC_NEXT = -1  # tcx verdict: on to the next program, then the stack
@@ -138,9 +138,17 @@ def load_program(insns: bytes, name: str) -> int:
 def attach_ingress(prog_fd: int, ifindex: int) -> int:
     """A tcx link running the program on the interface's ingress, first of all programs
     there; closing the descriptor detaches it."""
+    return _attach(prog_fd, ifindex, ATTACH_TCX_INGRESS, "ingress")
+
+
+def attach_egress(prog_fd: int, ifindex: int) -> int:
+    """The same on the interface's egress (before its qdisc)."""
+    return _attach(prog_fd, ifindex, ATTACH_TCX_EGRESS, "egress")
+
+
+def _attach(prog_fd: int, ifindex: int, kind: int, where: str) -> int:
     # prog_fd, target_ifindex, attach_type, flags
-    return _bpf(_LINK_CREATE, _attr("IIII", prog_fd, ifindex, ATTACH_TCX_INGRESS, 0),
-                f"attaching to ingress of interface {ifindex}")
+    return _bpf(_LINK_CREATE, _attr("IIII", prog_fd, ifindex, kind, 0), f"attaching to {where} of interface {ifindex}")
 
 
 # --- an assembler for the instructions we use -------------------------------------------------------

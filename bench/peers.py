@@ -74,6 +74,10 @@ def specs(n_workers: int) -> dict[str, Spec]:
                     about="batmand --workers 0, --set tso=off (the host segments; GRO and checksum offload on)"))
     out.append(Spec("batmand-w0-nocsum", "pair", "batmand", "batmand", workers=0, settings=("csum_offload=off",),
                     about="batmand --workers 0, --set csum_offload=off (checksums finished in Python)"))
+    for w, label in ((0, "w0"), (n_workers, "wN")):
+        out.append(Spec(f"batmand-{label}-userspace", "pair", "batmand", "batmand", workers=w,
+                        settings=("kernel_forward=off",),
+                        about=f"batmand --workers {w}, --set kernel_forward=off (every frame through the daemon)"))
     out.append(Spec("batmand-wN-v3", "pair", "batmand", "batmand", workers=n_workers, settings=("rx_ring=v3",),
                     about=f"batmand --workers {n_workers}, --set rx_ring=v3 (TPACKET_V3 block rings)"))
     out += [
@@ -81,6 +85,8 @@ def specs(n_workers: int) -> dict[str, Spec]:
         Spec("line3-batmand-w0", "line3", "batmand", "batmand", workers=0, about="A - M - B, batmand --workers 0"),
         Spec("line3-batmand-wN", "line3", "batmand", "batmand", workers=n_workers, flows_test=True,
              about=f"A - M - B, batmand --workers {n_workers}"),
+        Spec("line3-batmand-w0-userspace", "line3", "batmand", "batmand", workers=0, settings=("kernel_forward=off",),
+             about="A - M - B, batmand --workers 0, --set kernel_forward=off"),
     ]
     return {s.name: s for s in out}
 

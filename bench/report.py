@@ -125,7 +125,11 @@ def ratios(summary: dict, configs: list[str], n_workers: int) -> list[dict]:
             add("vs peers", f"{c} TCP8 Gbit/s / {peer}", c, peer, "tcp8.gbps", "higher is better")
             add("vs peers", f"{c} TCP1 daemon CPU-s/GB / {peer}", c, peer, "tcp1.daemon_cpu_s_per_gb",
                 "lower is better")
+            add("vs peers", f"{c} TCP1 machine CPU-s/GB / {peer}", c, peer, "tcp1.machine_cpu_s_per_gb",
+                "lower is better")
             add("vs peers", f"{c} UDP 64 B pkt/s / {peer}", c, peer, "udp64.rx_pps", "higher is better")
+            add("vs peers", f"{c} ping p50 / {peer}", c, peer, "ping.p50_ms", "lower is better")
+            add("vs peers", f"{c} ping p99 / {peer}", c, peer, "ping.p99_ms", "lower is better")
     for w in ("w0", "w1", "wN"):
         on, off = f"batmand-{w}", f"batmand-{w}-nooffload"
         add("offloads on / off", f"{w}: TCP1 Gbit/s, offloads on / off", on, off, "tcp1.gbps", "higher = offloads help")
@@ -153,6 +157,14 @@ def ratios(summary: dict, configs: list[str], n_workers: int) -> list[dict]:
             "tcp8.daemon_cpu_s_per_gb", "below 1 = workers cost less per byte")
         add(f"workers N={n_workers} / workers 0", f"{wn} / {w0}: TCP8 Gbit/s", wn, w0, "tcp8.gbps",
             "higher is better")
+    # the kernel fast path (kernel_forward) against every frame through the daemon
+    for on, off in (("batmand-w0", "batmand-w0-userspace"), ("batmand-wN", "batmand-wN-userspace"),
+                    ("line3-batmand-w0", "line3-batmand-w0-userspace")):
+        for key, what, hint in (("tcp1.gbps", "TCP1 Gbit/s", "higher = the kernel path helps"),
+                                ("tcp1.machine_cpu_s_per_gb", "TCP1 machine CPU-s/GB", "lower = it helps"),
+                                ("udp64.rx_pps", "UDP 64 B pkt/s", "higher = it helps"),
+                                ("ping.p50_ms", "ping p50", "lower = it helps")):
+            add("kernel path on / off", f"{on}: {what}, kernel_forward on / off", on, off, key, hint)
     for c in ("line3-batmand-w0", "line3-batmand-wN"):
         add("line A-M-B", f"{c} TCP1 Gbit/s / line3-kernel", c, "line3-kernel", "tcp1.gbps", "higher is better")
     for c in configs:

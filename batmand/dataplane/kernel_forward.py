@@ -31,7 +31,6 @@ MAX_LOCAL = 65536  # MAC addresses of our clients
 MAX_CLIENTS = 65536  # other originators' clients
 MAX_WATCHED = 65536  # sources BLA claimed for us, senders on the host the core watches
 MAX_RULES = 256  # the slow path's L4 rules
-_ETH_P_ALL = 0x0003
 _DIRECTIONS = {TO_HOST: kp.TO_HOST_DIR, FROM_HOST: kp.FROM_HOST_DIR}
 
 
@@ -72,7 +71,7 @@ class Maps(kp.Maps):
 
 class DeliveryDevice:
     """Where delivered frames pass between the two stages (kernel_programs): a TAP of the
-    daemon's that nobody reads, up, without IPv6 (so the host sends nothing into it). Not
+    daemon's that nobody reads, up, without addresses (so the host sends nothing into it). Not
     persistent: it goes with the daemon's descriptor, however the daemon ends."""
 
     def __init__(self, soft: str, stats: ebpf.Map) -> None:
@@ -82,13 +81,13 @@ class DeliveryDevice:
         self.tap = pytun.TunTapDevice(name=self.name, flags=pytun.IFF_TAP | pytun.IFF_NO_PI)
         self.prog = self.link = -1
         try:
-            try:
+            self.ifindex = socket.if_nametoindex(self.name)
+            try:  # no IPv6 link-local address: the host sends nothing into it
                 with open(f"/proc/sys/net/ipv6/conf/{self.name}/disable_ipv6", "w") as f:
                     f.write("1")
             except OSError:
-                pass  # (read-only /proc/sys: the host's few IPv6 frames wait unread in its queue)
+                pass  # (no IPv6, or a read-only /proc/sys: its few frames wait unread in its queue)
             self.tap.up()
-            self.ifindex = socket.if_nametoindex(self.name)
             self.prog = ebpf.load_program(kp.strip_program(socket.if_nametoindex(soft), stats), "batmand_strip")
             self.link = ebpf.attach_ingress(self.prog, self.ifindex)
         except OSError:

@@ -275,6 +275,7 @@ def test_no_primary_or_soft_interface_down_no_delivery_and_closing_detaches():
             assert kf.status()["deliver"] == "the soft interface is down"
             at_soft, at_m = exchange(net, mark([frame(net)]))
             assert at_m and not at_soft
+            assert "inet6" not in ip("addr", "show", "bat0-krx", netns=net["m"]), "the host may send into it"
         at_soft, at_m = exchange(net, mark([frame(net)]))
         assert at_m and not at_soft
         assert "bat0-krx" not in ip("-br", "link", netns=net["m"]), "the delivery device outlived the daemon's use"

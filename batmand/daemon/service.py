@@ -545,7 +545,8 @@ class Service:
             self.dataplane = WorkerPool(self.loop, self.softif.fds, self._slow_host, self._slow_mesh, settings)
             log.info("%d data-plane workers: pids %s", opts.workers, ", ".join(map(str, self.dataplane.pids())))
         if opts.kernel_forward:
-            self.kernel_forward = KernelForward(self.softif.name, send_tcp=not opts.tso)
+            # TCP to the host stays with the daemon while it coalesces it (gro): faster so
+            self.kernel_forward = KernelForward(self.softif.name, deliver_tcp=not opts.gro)
 
     def _slow_host(self, frame: bytes) -> None:
         """A frame from the host that the data plane left to the protocol core."""

@@ -109,16 +109,17 @@ def _error(exc: OSError) -> str:
 class KernelForward:
     """The maps and programs of the kernel fast path, kept in step with the data plane."""
 
-    def __init__(self, soft: str | None = None, send_tcp: bool = False) -> None:
+    def __init__(self, soft: str | None = None, deliver_tcp: bool = False) -> None:
         """`soft`: the soft interface, to deliver to and send from (None: forward only);
-        `send_tcp`: bat0 does not do TSO, so TCP is sent in the kernel too."""
+        `deliver_tcp`: the daemon does not coalesce TCP segments (GRO), so TCP is
+        delivered in the kernel too."""
         self.origs: dict = {}  # the forwarding table's routes toward originators
         self.ports: dict[str, tuple[bytes, int, int]] = {}  # name -> (mac, mtu, ifindex)
         self.wifi = False
         self.primary: bytes | None = None
         self.soft_up = False  # bat0 administratively up (else the daemon delivers, and counts the drops)
         self.taps = False  # a packet socket listens on bat0 (it would not see what the kernel sends)
-        self.send_tcp = send_tcp
+        self.deliver_tcp = deliver_tcp
         self.links: dict[str, tuple[int, int]] = {}  # hard interface -> (program fd, link fd)
         self.error: str | None = None  # why nothing is attached
         self.deliver_error: str | None = None  # why nothing is delivered, for good
@@ -134,7 +135,8 @@ class KernelForward:
         self._rules: set[bytes] = set()  # in the rules map
         self._watched: dict[bytes, tuple] = {}  # in the watched map: key -> (mac, vid)
         self._from_host: set[bytes] = set()  # in the from_host map
-        self._seen: dict[bytes, int] = {}  # key -> the last time a program marked it
+        # (offset of the time in the value: 0 watched, 8 local; key) -> the last time a program marked it
+        self._seen: dict[tuple, int] = {}
         self._before = [0] * (kp.STATS.size // 8)  # counters of maps closed by a reset
         try:
             self.maps = Maps()
@@ -257,7 +259,7 @@ class KernelForward:
                     self._ours[key] = (mac, vid)
                 else:
                     self._ours.pop(key, None)
-                    self._seen.pop(key, None)
+                    self._seen.pop((8, key), None)
             self._sync_clients(update.clients)
             self._sync_routes(update.origs)
             if update.slow_path is not None and update.slow_path != self._slow:
@@ -323,7 +325,12 @@ class KernelForward:
         self._rules = rules
         from_host = {kp.KEY.pack(bytes(mac), vid) for mac, vid in slow.from_host_sources}
         for key in from_host - self._from_host:
-            self.maps.from_host.update(key, b"\x01")  # (full: refused, and sending stops)
+            try:
+                self.maps.from_host.update(key, b"\x01")
+            except OSError as exc:
+                if exc.errno != errno.E2BIG:
+                    raise
+                break  # full: not all of them watched, so nothing sent (_send_blocked)
             self._from_host.add(key)
         for key in self._from_host - from_host:
             self.maps.from_host.delete(key)
@@ -332,7 +339,7 @@ class KernelForward:
         for key in [k for k in self._watched if k not in watched]:
             self.maps.watched.delete(key)
             del self._watched[key]
-            self._seen.pop(key, None)
+            self._seen.pop((0, key), None)
         for key, source in watched.items():
             if key not in self._watched:
                 try:
@@ -372,6 +379,8 @@ class KernelForward:
             return "a packet socket listens on the soft interface"
         if self._slow.clients:
             return "the core watches clients"
+        if len(self._from_host) < len(self._slow.from_host_sources):
+            return "more watched senders than the kernel's map holds"
         return None
 
     def _write_config(self) -> None:
@@ -385,7 +394,7 @@ class KernelForward:
         l4 = [any(r[3] == d for r in self._rules) for d in (kp.TO_HOST_DIR, kp.FROM_HOST_DIR)]
         config = kp.CONFIG.pack(self.primary or bytes(6), self._deliver_blocked() is None,
                                 slow.to_host_sources is not None, not self.wifi, self._send_blocked() is None,
-                                self.send_tcp, bool(self._from_host), *l4, *flags,
+                                0, bool(self._from_host), *l4, *flags, self.deliver_tcp,
                                 self.device.ifindex if self.device else 0)
         self.maps.config.update(b"\0\0\0\0", config)
 
@@ -401,9 +410,9 @@ class KernelForward:
                 if value is None:
                     continue
                 when = int.from_bytes(value[off:off + 8], sys.byteorder)
-                if when and when != self._seen.get(key):
-                    self._seen[key] = when
-                    seen[source] = when / 1e9
+                if when and when != self._seen.get((off, key)):
+                    self._seen[(off, key)] = when
+                    seen[source] = max(when / 1e9, seen.get(source, 0.0))
         return seen
 
     # --- programs ---------------------------------------------------------------------------------

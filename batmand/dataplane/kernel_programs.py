@@ -11,7 +11,9 @@ same tables, and leaves everything else to the daemon unchanged (TC_NEXT):
     Not while a hard interface is Wi-Fi (the daemon then forwards by incoming interface).
   - Deliver: the same kind of frame for our originator, carrying an untagged IPv4
     (without options) or IPv6 packet for a client of ours that no slow-path rule claims,
-    from a source BLA claimed when BLA watches sources (marked seen): the inner Ethernet
+    from a source BLA claimed when BLA watches sources (marked seen), not TCP while the
+    daemon coalesces TCP segments for bat0 (GRO: the host gets fewer, larger frames
+    that way than from the kernel, which hands it each segment): the inner Ethernet
     header copied over the outer one, into the delivery device.
 - strip_program, on the delivery device's ingress: the 24 bytes behind the (inner)
   Ethernet header go, and the frame goes into bat0 as if the host got it from the TAP.
@@ -19,10 +21,11 @@ same tables, and leaves everything else to the daemon unchanged (TC_NEXT):
   for one first: hence two stages. Packet taps run before tc, so the half-made frame
   shows only on the delivery device, never on bat0.
 - send_program, on bat0's egress: a frame the host sends from a client of ours to a
-  client of a routed originator, untagged IPv4 / IPv6 that no slow-path rule claims, not
-  segmented (the daemon cuts TSO frames; TCP stays with the daemon while bat0 does TSO,
-  so a flow never takes both ways and overtakes itself), fitting the outgoing interface:
-  our 24 bytes put in front, redirected out of the hard interface.
+  client of a routed originator, untagged IPv4 / IPv6 but not TCP, that no slow-path rule
+  claims, fitting the outgoing interface: our 24 bytes put in front, redirected out of
+  the hard interface. The stack hands bat0 GSO frames (with TSO, and even without it,
+  segmenting them behind this hook): those stay with the daemon, which cuts them; so
+  does all TCP, so that a flow never takes both ways and overtakes itself.
 
 Frames and bytes are counted per CPU as the kernel module counts them."""
 
@@ -47,17 +50,18 @@ LOCAL = struct.Struct("=B7xQ")
 LOCAL_OURS, LOCAL_LEAVING = 1, 2  # ours; deleted or roamed away (frames for it need the core's TTVN rules)
 # the settings: our originator (while its interface is active), then one byte each, then
 # the delivery device's ifindex
-CONFIG = struct.Struct("=6s10BI")
+CONFIG = struct.Struct("=6s11B3xI")
 C_PRIMARY = 0
 C_DELIVER = 6  # delivery on
 C_WATCH = 7  # BLA watches the sources of frames to the host (only those in the watched map)
 C_FORWARD = 8  # forwarding on (no Wi-Fi interface)
 C_SEND = 9  # sending on
-C_SEND_TCP = 10  # TCP too (else the daemon's: it segments bat0's TSO frames)
+# (10: unused)
 C_FROM_HOST = 11  # the core watches some senders on the host (the from_host map)
 C_L4 = (12, 13)  # the rules map has L4 rules toward the host, from the host
 C_SLOW = (14, 15)  # bit 0: every IPv4 packet is the core's, bit 1: every IPv6 one; toward, from the host
-C_DEVICE = 16
+C_DELIVER_TCP = 16  # TCP too (else the daemon's: it coalesces segments for bat0's GRO)
+C_DEVICE = 20
 TO_HOST_DIR, FROM_HOST_DIR = 0, 1
 # a slow-path rule: ethertype, IP protocol, direction, 0 (any port) or 1 (this port), port
 RULE = struct.Struct("=2sBBBx2s")
@@ -202,11 +206,11 @@ def _forward(p: ebpf.Program, maps: Maps) -> None:
     p.exit()
 
 
-def _ip_rules(p: ebpf.Program, maps: Maps, l3: int, direction: int, tcp: bool = True) -> None:
+def _ip_rules(p: ebpf.Program, maps: Maps, l3: int, direction: int, tcp: int | None) -> None:
     """r1: the ethertype at l3 - 2. On only for an untagged IPv4 (without options) or IPv6
     packet, whole to its L4 header's first 4 bytes, that no slow-path rule in `direction`
-    claims (the rules as decision.slow_by_rule reads them); `tcp` False: not TCP
-    unless the settings say so. Labels: this direction's."""
+    claims (the rules as decision.slow_by_rule reads them), and TCP only while the
+    setting at `tcp` says so (None: never). Labels: this direction's."""
     d = f"_{direction}"
     p.jump_if(R1, "==", _host16(_ETH_P_IP), "ip4" + d)
     p.jump_if(R1, "!=", _host16(_ETH_P_IPV6), "next")
@@ -229,11 +233,11 @@ def _ip_rules(p: ebpf.Program, maps: Maps, l3: int, direction: int, tcp: bool = 
     p.load(R4, R7, l3 + 9, 1)
     p.load(R5, R7, l3 + 22, 2)
     p.label("l4" + d)
-    if not tcp:
-        p.load(R2, R9, C_SEND_TCP, 1)
+    if tcp is not None:
+        p.load(R2, R9, tcp, 1)
         p.jump_if(R2, "!=", 0, "tcp" + d)
-        p.jump_if(R4, "==", _IPPROTO_TCP, "next")
-        p.label("tcp" + d)
+    p.jump_if(R4, "==", _IPPROTO_TCP, "next")
+    p.label("tcp" + d)
     p.load(R2, R9, C_L4[direction], 1)
     p.jump_if(R2, "==", 0, "ruled" + d)
     # (ethertype, protocol, direction, any port) at r10-16, (..., this port) at r10-24
@@ -259,7 +263,7 @@ def _deliver(p: ebpf.Program, maps: Maps) -> None:
     p.load(R1, R7, INNER_OFF, 1)
     p.jump_if(R1, "&", 1, "next")  # multicast inside: the core (BLA, multicast) decides
     p.load(R1, R7, _INNER_TYPE, 2)
-    _ip_rules(p, maps, INNER_OFF + _ETH_LEN, TO_HOST_DIR)
+    _ip_rules(p, maps, INNER_OFF + _ETH_LEN, TO_HOST_DIR, C_DELIVER_TCP)
     p.alu(R3, "=", 0)
     _key(p, INNER_OFF, R3)  # only for a client of ours (state ours: not roamed away)
     _lookup(p, maps.local)
@@ -325,7 +329,7 @@ def send_program(maps: Maps) -> bytes:
     p.load(R1, R7, 0, 1)
     p.jump_if(R1, "&", 1, "next")  # multicast: the core floods it
     p.load(R1, R7, 12, 2)
-    _ip_rules(p, maps, _ETH_LEN, FROM_HOST_DIR, tcp=False)
+    _ip_rules(p, maps, _ETH_LEN, FROM_HOST_DIR, None)
     p.alu(R3, "=", 0)
     _key(p, 6, R3)  # from a client of ours (the core learns the others), marked seen
     _lookup(p, maps.local)

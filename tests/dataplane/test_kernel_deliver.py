@@ -62,9 +62,9 @@ def tables(slow: SlowPath = SlowPath()) -> ForwardingUpdate:
 
 
 @contextlib.contextmanager
-def deliverer(net: dict, slow: SlowPath = SlowPath()):
+def deliverer(net: dict, slow: SlowPath = SlowPath(), deliver_tcp: bool = True):
     with entered(net["m"]):
-        kf = KernelForward("bat0")
+        kf = KernelForward("bat0", deliver_tcp=deliver_tcp)
         if not kf.active or kf.device is None:
             pytest.skip(f"no eBPF delivery here: {kf.error or kf.deliver_error}")
         try:
@@ -185,6 +185,13 @@ def test_the_kernel_delivers_only_what_the_data_plane_delivers():
         assert counters["rx"] == len(delivered)
         assert counters["rx_bytes"] == sum(len(frames[i]) - 24 for i in delivered)
         assert kf.status()["deliver"] == "on" and kf.status()["deliver_failed"] == 0
+
+
+def test_tcp_stays_with_the_daemon_while_it_coalesces():
+    """gro on (the default): TCP is the daemon's, the rest the kernel's."""
+    with node() as net, deliverer(net, deliver_tcp=False):
+        frames = mark([frame(net, ip4(6, 80)), frame(net, ip6(6, 22), ethertype=0x86DD), frame(net)])
+        assert delivered_by_kernel(net, table_of(), frames) == [2]
 
 
 def test_random_frames_agree_with_decide_mesh():

@@ -187,6 +187,13 @@ def test_the_kernel_delivers_only_what_the_data_plane_delivers():
         assert kf.status()["deliver"] == "on" and kf.status()["deliver_failed"] == 0
 
 
+def test_a_rule_for_every_ipv6_packet_takes_them_all():
+    slow = SlowPath(rules=frozenset({SlowRule(TO_HOST, 0x86DD)}))
+    with node() as net, deliverer(net, slow):
+        frames = mark([frame(net, ip6(17, 5000), ethertype=0x86DD), frame(net)])
+        assert delivered_by_kernel(net, table_of(slow), frames) == [1]
+
+
 def test_tcp_stays_with_the_daemon_while_it_coalesces():
     """gro on (the default): TCP is the daemon's, the rest the kernel's."""
     with node() as net, deliverer(net, deliver_tcp=False):

@@ -166,6 +166,14 @@ def test_the_kernel_sends_only_what_the_data_plane_sends():
         assert set(seen) >= {(Mac(SOFT_MAC), 0), (Mac(BRIDGED), 0)}, "senders not reported seen"
 
 
+def test_watched_senders_and_ipv6_rules_are_the_cores():
+    """BLA's claimed senders (from_host_sources) and a rule for every IPv6 packet."""
+    slow = SlowPath(from_host_sources=frozenset({(Mac(BRIDGED), 0)}), rules=frozenset({SlowRule(FROM_HOST, 0x86DD)}))
+    with node() as net, sender(net, slow):
+        frames = mark([frame(src=BRIDGED), frame(ip6(17, 53), ethertype=0x86DD), frame()])
+        assert check(net, table_of(net, slow), frames) == [2]
+
+
 def test_random_frames_agree_with_decide_host():
     rng = random.Random(5)
     slow = SlowPath(rules=frozenset({DHCP, SlowRule(FROM_HOST, 0x86DD, 58, None)}))

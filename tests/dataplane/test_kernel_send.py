@@ -21,6 +21,7 @@ from batmand.core.forwarding import FROM_HOST, ForwardingTable, SlowPath, SlowRu
 from batmand.dataplane.decision import Encapsulate, decide_host
 from batmand.dataplane.kernel_forward import KernelForward
 from batmand.wire.constants import ETH_P_BATMAN
+from batmand.wire.fastpath import unicast_prefix
 from batmand.wire.mac import Mac
 from tests.dataplane.test_kernel_deliver import ip4, ip6
 from tests.dataplane.test_kernel_forward import link_mac, mark, packet_socket
@@ -94,8 +95,7 @@ def encapsulated(net: dict, table: ForwardingTable, f: bytes) -> bytes | None:
     decision = decide_host(f, table)
     if decision.__class__ is not Encapsulate or len(f) + 24 - 14 > M1_MTU:
         return None
-    return bytes(decision.next_hop) + net["m1"] + ETH_P_BATMAN.to_bytes(2, "big") \
-        + bytes((0x40, 15, 50, decision.ttvn)) + bytes(decision.orig) + bytes(f)
+    return unicast_prefix(bytes(decision.next_hop), net["m1"], bytes(decision.orig), decision.ttvn) + bytes(f)
 
 
 def exchange(net: dict, frames: list[bytes]) -> tuple[dict, dict]:

@@ -290,10 +290,11 @@ def write_markdown(path: str, doc: dict) -> None:
             if col not in cols:
                 cols.append(col)
         label = {"tcp1.gbps": "TCP1", "tcp8.gbps": "TCP8", "tcp1.daemon_cpu_s_per_gb": "CPU-s/GB (TCP1)",
-                 "udp64.rx_pps": "UDP 64 B pkt/s"}
+                 "tcp1.machine_cpu_s_per_gb": "machine CPU-s/GB (TCP1)", "udp64.rx_pps": "UDP 64 B pkt/s",
+                 "ping.p50_ms": "ping p50", "ping.p99_ms": "ping p99"}
         short = {"tinc-switch": "tinc", "fastd-null": "fastd"}
         L.append("batmand against tinc and fastd: batmand's median / theirs (throughput and packets/s: higher "
-                 "is better; CPU-s/GB: lower is better).\n")
+                 "is better; CPU-s/GB and ping: lower is better).\n")
         L.append("| config | " + " | ".join(f"{label.get(m, m)} / {short.get(p, p)}" for m, p in cols) + " |")
         L.append("|---|" + "---|" * len(cols))
         for c in dict.fromkeys(r["num"] for r in peers_):

@@ -102,6 +102,22 @@ class DeliveryDevice:
         self.tap.close()
 
 
+def _install(table: ebpf.Map, installed: set, key: bytes, value: bytes | None, member) -> None:
+    """key -> value in the map (None: out of it), `member` kept in `installed` while it
+    is there. A full map leaves the entry out: the daemon moves those frames."""
+    if value is not None:
+        try:
+            table.update(key, value)
+            installed.add(member)
+            return
+        except OSError as exc:
+            if exc.errno != errno.E2BIG:
+                raise
+    if member in installed:
+        table.delete(key)
+        installed.discard(member)
+
+
 def _error(exc: OSError) -> str:
     return str(exc).splitlines()[0]
 
@@ -270,36 +286,13 @@ class KernelForward:
     def _sync_clients(self, clients: dict) -> None:
         for (mac, vid), client in clients.items():
             key = kp.KEY.pack(bytes(mac), vid)
-            if client is not None:
-                try:
-                    self.maps.clients.update(key, kp.CLIENT.pack(bytes(client.orig), client.roam))
-                    self._clients.add(key)
-                    continue
-                except OSError as exc:
-                    if exc.errno != errno.E2BIG:
-                        raise
-                    # the map is full: the daemon sends to this one
-            if key in self._clients:
-                self.maps.clients.delete(key)
-                self._clients.discard(key)
+            value = None if client is None else kp.CLIENT.pack(bytes(client.orig), client.roam)
+            _install(self.maps.clients, self._clients, key, value, key)
 
     def _sync_routes(self, origs) -> None:
         """Write the routes toward `origs` as the table has them now."""
         for orig in origs:
-            entry = self._entry(orig)
-            key = kp.KEY.pack(bytes(orig), 0)
-            if entry is not None:
-                try:
-                    self.maps.routes.update(key, entry)
-                    self._installed.add(orig)
-                    continue
-                except OSError as exc:
-                    if exc.errno != errno.E2BIG:
-                        raise
-                    # the map is full: the daemon forwards toward this one
-            if orig in self._installed:
-                self.maps.routes.delete(key)
-                self._installed.discard(orig)
+            _install(self.maps.routes, self._installed, kp.KEY.pack(bytes(orig), 0), self._entry(orig), orig)
 
     def _entry(self, orig) -> bytes | None:
         route = self.origs.get(orig)

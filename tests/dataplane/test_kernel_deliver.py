@@ -18,12 +18,12 @@ import pytest
 import pytun
 
 from batmand.core.events import ForwardingUpdate
-from batmand.core.forwarding import FROM_HOST, TO_HOST, ForwardingTable, SlowPath, SlowRule
+from batmand.core.forwarding import TO_HOST, ForwardingTable, SlowPath, SlowRule
 from batmand.dataplane.decision import DELIVER, DeliverSeen, decide_mesh
 from batmand.dataplane.kernel_forward import KernelForward
 from batmand.wire.constants import ETH_P_BATMAN
 from batmand.wire.mac import Mac
-from tests.dataplane.test_kernel_forward import link_mac, mark, packet_socket
+from tests.dataplane.test_kernel_forward import gather, link_mac, mark, packet_socket
 from tests.netns import entered, ip, namespace
 
 PRIMARY = b"\x02\x00\x00\x00\x00\x99"  # M's originator address (m1's MAC is set to it)
@@ -108,31 +108,10 @@ def frame(net: dict, inner: bytes = b"", *, dest=PRIMARY, inner_dst=SOFT_MAC, so
                      + (inner or ip4(17, 5000)))
 
 
-def exchange(net: dict, frames: list[bytes]) -> tuple[dict, dict]:
+def exchange(net: dict, frames: list[bytes]) -> tuple[dict, ...]:
     """Send the frames from A; what bat0's host side and M's socket on m1 got, by index."""
-    sender = packet_socket(net["a"], "a0", ETH_P_BATMAN)
-    at_soft, at_m = packet_socket(net["m"], "bat0", ETH_P_ALL), packet_socket(net["m"], "m1", ETH_P_BATMAN)
-    got: tuple[dict, dict] = ({}, {})
-    try:
-        for f in frames:
-            sender.send(f)
-        deadline = time.monotonic() + 1.0
-        socks = [at_soft, at_m]
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select(socks, [], [], 0.2)
-            for sock in ready:
-                while True:
-                    try:
-                        data, addr = sock.recvfrom(4096)
-                    except BlockingIOError:
-                        break
-                    if addr[2] == socket.PACKET_OUTGOING:
-                        continue
-                    got[socks.index(sock)][int.from_bytes(data[-4:], "big")] = data
-    finally:
-        for s in (sender, at_soft, at_m):
-            s.close()
-    return got
+    return gather(packet_socket(net["a"], "a0", ETH_P_BATMAN), frames,
+                  [packet_socket(net["m"], "bat0", ETH_P_ALL), packet_socket(net["m"], "m1", ETH_P_BATMAN)])
 
 
 def table_of(slow: SlowPath = SlowPath()) -> ForwardingTable:

@@ -113,17 +113,21 @@ def expected(net: dict, table: ForwardingTable, f: bytes, wifi: bool = False) ->
     return bytes(g)
 
 
-def exchange(net: dict, frames: list[bytes]) -> tuple[dict, dict, dict]:
+def exchange(net: dict, frames: list[bytes]) -> tuple[dict, ...]:
     """Send the frames from A; what B, M's socket and A (back out of m1) got, by index."""
-    sender = packet_socket(net["a"], "a0", ETH_P_BATMAN)
-    at_b, at_m, at_a = (packet_socket(net["b"], "b0", ETH_P_BATMAN), packet_socket(net["m"], "m1", ETH_P_BATMAN),
-                        packet_socket(net["a"], "a0", ETH_P_BATMAN))
-    got: tuple[dict, dict, dict] = ({}, {}, {})
+    return gather(packet_socket(net["a"], "a0", ETH_P_BATMAN), frames,
+                  [packet_socket(net["b"], "b0", ETH_P_BATMAN), packet_socket(net["m"], "m1", ETH_P_BATMAN),
+                   packet_socket(net["a"], "a0", ETH_P_BATMAN)])
+
+
+def gather(sender: socket.socket, frames: list[bytes], socks: list[socket.socket]) -> tuple[dict, ...]:
+    """Send the frames; what each socket received within a second (not what it sent), by
+    the index in each frame's last 4 bytes. Closes the sockets."""
+    got: tuple[dict, ...] = tuple({} for _ in socks)
     try:
         for f in frames:
             sender.send(f)
         deadline = time.monotonic() + 1.0
-        socks = [at_b, at_m, at_a]
         while time.monotonic() < deadline:
             ready, _, _ = select.select(socks, [], [], 0.2)
             for sock in ready:
@@ -136,7 +140,7 @@ def exchange(net: dict, frames: list[bytes]) -> tuple[dict, dict, dict]:
                         continue
                     got[socks.index(sock)][int.from_bytes(data[-4:], "big")] = data
     finally:
-        for s in (sender, at_b, at_m, at_a):
+        for s in [sender] + socks:
             s.close()
     return got
 

@@ -54,6 +54,7 @@ MCAST_WORK_PERIOD = 0.5  # seconds between two looks at bat0's multicast groups
 # same pace): they refresh timeouts of minutes, and a look at every timer is a scan of
 # the data plane's caches up to a hundred times a second in a large mesh
 SEEN_PERIOD = 0.5
+KERNEL_SEEN_PERIOD = 5.0  # the kernel fast path's marks: far inside BLA's claim and TT's local timeouts
 # how often the daemon looks for packet sockets on bat0 (tcpdump): the kernel fast path then
 # leaves the host's frames to the TAP, where the sockets see them
 TAP_CHECK_PERIOD = 1.0
@@ -89,6 +90,7 @@ class Service:
         self._next_speed_check = 0.0
         self._next_seen = 0.0
         self._next_tap_check = 0.0
+        self._next_kernel_seen = 0.0
         self._station_queries: dict[str, asyncio.Future] = {}  # nl80211 station dumps under way
         self.notifier = Notifier()
         self.wanted: set[str] = set()  # hard interfaces to keep attached (configured or added)
@@ -632,7 +634,9 @@ class Service:
         if now >= self._next_seen:
             self._next_seen = now + SEEN_PERIOD
             seen = self.dataplane.take_seen()
-            if self.kernel_forward is not None:
+            if self.kernel_forward is not None and now >= self._next_kernel_seen:
+                # (a syscall per watched entry; the kernel keeps each one's exact last time)
+                self._next_kernel_seen = now + KERNEL_SEEN_PERIOD
                 for source, when in self.kernel_forward.take_seen().items():
                     seen[source] = max(when, seen.get(source, 0.0))
             if seen:

@@ -260,10 +260,12 @@ def _ip_rules(p: ebpf.Program, maps: Maps, l3: int, direction: int, tcp: int | N
 def _deliver(p: ebpf.Program, maps: Maps) -> None:
     """A frame for our originator (r9: the settings): into the delivery device, or on to
     the daemon."""
+    p.load(R1, R7, INNER_OFF, 1)
+    p.jump_if(R1, "&", 1, "next")  # multicast inside (our table has groups too): the core's rules
     p.load(R1, R7, _INNER_TYPE, 2)
     _ip_rules(p, maps, INNER_OFF + _ETH_LEN, TO_HOST_DIR, C_DELIVER_TCP)
     p.alu(R3, "=", 0)
-    _key(p, INNER_OFF, R3)  # only for a client of ours (state ours: not roamed away; never multicast)
+    _key(p, INNER_OFF, R3)  # only for a client of ours (state ours: not roamed away)
     _lookup(p, maps.local)
     p.jump_if(R0, "==", 0, "next")
     p.load(R1, R0, 0, 1)
@@ -324,6 +326,8 @@ def send_program(maps: Maps) -> bytes:
     _config(p, maps)
     p.load(R1, R9, C_SEND, 1)
     p.jump_if(R1, "==", 0, "next")
+    p.load(R1, R7, 0, 1)
+    p.jump_if(R1, "&", 1, "next")  # multicast (the table has groups too): the core floods it or sends it
     p.load(R1, R7, 12, 2)
     _ip_rules(p, maps, _ETH_LEN, FROM_HOST_DIR, None)
     p.alu(R3, "=", 0)
@@ -343,7 +347,7 @@ def send_program(maps: Maps) -> bytes:
     p.jump_if(R0, "!=", 0, "next")
     p.label("sender")
     p.alu(R3, "=", 0)
-    _key(p, 0, R3)  # to a client of an originator we route (never multicast: the core floods that)
+    _key(p, 0, R3)  # to a client of an originator we route
     _lookup(p, maps.clients)
     p.jump_if(R0, "==", 0, "next")
     p.load(R1, R0, 0, 4)  # the originator, at r10-24, then whether the client roams

@@ -34,6 +34,7 @@ ORIG = Mac(b"\x02\x0a\x00\x00\x00\x01")  # the originator behind A
 REMOTE = b"\x02\xbb\x00\x00\x00\x01"  # a client of ORIG
 ROAMING = b"\x02\xbb\x00\x00\x00\x02"  # a client of ORIG that roams (frames carry TTVN - 1)
 UNROUTED = b"\x02\xbb\x00\x00\x00\x03"  # a client of an originator we have no route to
+GROUP = b"\x01\x00\x5e\x00\x00\x07"  # a multicast group ORIG's host listens to: in the table too
 TTVN = 0  # (so a roaming client's frames carry 255)
 M1_MTU = 1400
 DHCP = SlowRule(FROM_HOST, 0x0800, 17, 67)
@@ -60,7 +61,7 @@ def tables(net: dict, slow: SlowPath = SlowPath()) -> ForwardingUpdate:
     return ForwardingUpdate(
         origs={ORIG: OrigRoute(next_hop=Mac(net["a0"]), iface="m1", ttvn=TTVN)},
         clients={(Mac(REMOTE), 0): ClientRoute(ORIG), (Mac(ROAMING), 0): ClientRoute(ORIG, roam=True),
-                 (Mac(UNROUTED), 0): ClientRoute(Mac(b"\x02\x0a\x00\x00\x00\x09"))},
+                 (Mac(UNROUTED), 0): ClientRoute(Mac(b"\x02\x0a\x00\x00\x00\x09")), (Mac(GROUP), 0): ClientRoute(ORIG)},
         local_clients={(Mac(SOFT_MAC), 0): True, (Mac(BRIDGED), 0): True, (Mac(LEAVING), 0): False},
         slow_path=slow)
 
@@ -152,7 +153,7 @@ def test_the_kernel_sends_only_what_the_data_plane_sends():
             frame(ip4(6, 80)), frame(ip6(6, 80), ethertype=0x86DD),  # TCP: the daemon's (it cuts the flow's GSO frames)
             frame(ip4(17, 67)),  # the DHCP rule
             frame(ip4(17, 5000, payload_len=M1_MTU - 24 - 28 + 1)),  # too long for m1: fragmented by the daemon
-            frame(dst=UNROUTED), frame(dst=b"\x02\xbb\x00\x00\x00\x09"), frame(dst=b"\xff" * 6),
+            frame(dst=UNROUTED), frame(dst=b"\x02\xbb\x00\x00\x00\x09"), frame(dst=b"\xff" * 6), frame(dst=GROUP),
             frame(dst=b"\x33\x33\x00\x00\x00\x01", ethertype=0x86DD, inner=ip6(17, 5000)),
             frame(src=LEAVING), frame(src=b"\x02\x99\x00\x00\x00\x01"), frame(tag=5), frame(ethertype=0x0806),
             frame(ip4(17, 5000, ihl=6)), frame(ethertype=ETH_P_BATMAN),
@@ -178,7 +179,7 @@ def test_random_frames_agree_with_decide_host():
     rng = random.Random(5)
     slow = SlowPath(rules=frozenset({DHCP, SlowRule(FROM_HOST, 0x86DD, 58, None)}))
     with node() as net, sender(net, slow):
-        base = [frame(), frame(ip4(17, 67)), frame(ip6(58, 0), ethertype=0x86DD), frame(dst=ROAMING),
+        base = [frame(), frame(ip4(17, 67)), frame(ip6(58, 0), ethertype=0x86DD), frame(dst=ROAMING), frame(dst=GROUP),
                 frame(src=BRIDGED, inner=ip4(1, 0))]
         frames = []
         for _ in range(400):

@@ -387,7 +387,7 @@ class KernelForward:
         l4 = [any(r[3] == d for r in self._rules) for d in (kp.TO_HOST_DIR, kp.FROM_HOST_DIR)]
         config = kp.CONFIG.pack(self.primary or bytes(6), self._deliver_blocked() is None,
                                 slow.to_host_sources is not None, not self.wifi, self._send_blocked() is None,
-                                0, bool(self._from_host), *l4, *flags, self.deliver_tcp,
+                                bool(self._from_host), *l4, *flags, self.deliver_tcp,
                                 self.device.ifindex if self.device else 0)
         self.maps.config.update(b"\0\0\0\0", config)
 

@@ -50,18 +50,17 @@ LOCAL = struct.Struct("=B7xQ")
 LOCAL_OURS, LOCAL_LEAVING = 1, 2  # ours; deleted or roamed away (frames for it need the core's TTVN rules)
 # the settings: our originator (while its interface is active), then one byte each, then
 # the delivery device's ifindex
-CONFIG = struct.Struct("=6s11B3xI")
+CONFIG = struct.Struct("=6s10BI")
 C_PRIMARY = 0
 C_DELIVER = 6  # delivery on
 C_WATCH = 7  # BLA watches the sources of frames to the host (only those in the watched map)
 C_FORWARD = 8  # forwarding on (no Wi-Fi interface)
 C_SEND = 9  # sending on
-# (10: unused)
-C_FROM_HOST = 11  # the core watches some senders on the host (the from_host map)
-C_L4 = (12, 13)  # the rules map has L4 rules toward the host, from the host
-C_SLOW = (14, 15)  # bit 0: every IPv4 packet is the core's, bit 1: every IPv6 one; toward, from the host
-C_DELIVER_TCP = 16  # TCP too (else the daemon's: it coalesces segments for bat0's GRO)
-C_DEVICE = 20
+C_FROM_HOST = 10  # the core watches some senders on the host (the from_host map)
+C_L4 = (11, 12)  # the rules map has L4 rules toward the host, from the host
+C_SLOW = (13, 14)  # bit 0: every IPv4 packet is the core's, bit 1: every IPv6 one; toward, from the host
+C_DELIVER_TCP = 15  # TCP too (else the daemon's: it coalesces segments for bat0's GRO)
+C_DEVICE = 16
 TO_HOST_DIR, FROM_HOST_DIR = 0, 1
 # a slow-path rule: ethertype, IP protocol, direction, 0 (any port) or 1 (this port), port
 RULE = struct.Struct("=2sBBBx2s")

@@ -230,7 +230,7 @@ def dataplane_lines(status: Mapping) -> list[str]:
         deliver, send = kernel.get("deliver", "off"), kernel.get("send", "off")
         lines.append("Kernel delivery: %s; delivered %d frames, %d bytes; %d dropped" % (
             deliver if deliver == "on" else "off (%s)" % deliver, kernel.get("rx", 0), kernel.get("rx_bytes", 0),
-            kernel.get("deliver_failed", 0)))
+            kernel.get("dropped", 0)))
         lines.append("Kernel sending: %s; %d clients; sent %d frames, %d bytes" % (
             send if send == "on" else "off (%s)" % send, kernel.get("clients", 0), kernel.get("tx", 0),
             kernel.get("tx_bytes", 0)))

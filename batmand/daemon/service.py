@@ -422,7 +422,7 @@ class Service:
         if link.kind == "vlan" or link.name == self.softif.name:
             self._update_vlans()
         if link.name == self.softif.name and self.kernel_forward is not None:
-            self.kernel_forward.set_soft_up(new is not None and new.up)
+            self.kernel_forward.set_soft(new is not None and new.up, link.mtu)
         name = link.name
         if name not in self.wanted:
             return
@@ -547,8 +547,7 @@ class Service:
             self.dataplane = WorkerPool(self.loop, self.softif.fds, self._slow_host, self._slow_mesh, settings)
             log.info("%d data-plane workers: pids %s", opts.workers, ", ".join(map(str, self.dataplane.pids())))
         if opts.kernel_forward:
-            # TCP to the host stays with the daemon while it coalesces it (gro): faster so
-            self.kernel_forward = KernelForward(self.softif.name, deliver_tcp=not opts.gro)
+            self.kernel_forward = KernelForward(self.softif.name, gro=opts.gro)
 
     def _slow_host(self, frame: bytes) -> None:
         """A frame from the host that the data plane left to the protocol core."""

@@ -20,6 +20,7 @@ import socket
 import sys
 
 from batmand.core.forwarding import FROM_HOST, TO_HOST, SlowPath
+from batmand.wire.fastpath import UNICAST_PREFIX_LEN
 
 from . import ebpf
 from . import kernel_programs as kp
@@ -31,6 +32,7 @@ MAX_LOCAL = 65536  # MAC addresses of our clients
 MAX_CLIENTS = 65536  # other originators' clients
 MAX_WATCHED = 65536  # sources BLA claimed for us, senders on the host the core watches
 MAX_RULES = 256  # the slow path's L4 rules
+PASSAGE_MTU = 65535  # a GRO-merged frame, or a frame with our header still on
 _DIRECTIONS = {TO_HOST: kp.TO_HOST_DIR, FROM_HOST: kp.FROM_HOST_DIR}
 
 
@@ -69,37 +71,67 @@ class Maps(kp.Maps):
             table.close()
 
 
-class DeliveryDevice:
-    """Where delivered frames pass between the two stages (kernel_programs): a TAP of the
-    daemon's that nobody reads, up, without addresses (so the host sends nothing into it). Not
-    persistent: it goes with the daemon's descriptor, however the daemon ends."""
+class Passage:
+    """Where the kernel path's frames pass between its stages (kernel_programs): a veth
+    pair of the daemon's, `<bat0>-kseg` and `<bat0>-kgro`, up, without addresses (so the
+    host sends nothing into it).
+    - Delivered frames come into kseg from a hard interface's program, lose our header
+      there and cross to kgro, whose GRO (on as the `gro` setting says) merges a TCP
+      flow's segments, then go into bat0.
+    - TCP the host sends, with our header in front, goes out of kseg, which has no TSO:
+      the stack cuts GSO frames there, each segment behind a copy of our header, and
+      kgro hands each to the hard interface of its route.
+    A veth pair outlives a daemon killed hard: the next start takes the old one away."""
 
-    def __init__(self, soft: str, stats: ebpf.Map) -> None:
-        import pytun  # (only where delivery is on)
+    def __init__(self, soft: str, maps: Maps, gro: bool) -> None:
+        from pyroute2 import IPRoute  # (only where the kernel path runs)
+        from pyroute2.ethtool.ioctl import IoctlEthtool
 
-        self.name = soft[:11] + "-krx"
-        self.tap = pytun.TunTapDevice(name=self.name, flags=pytun.IFF_TAP | pytun.IFF_NO_PI)
-        self.prog = self.link = -1
-        try:
-            self.ifindex = socket.if_nametoindex(self.name)
-            try:  # no IPv6 link-local address: the host sends nothing into it
-                with open(f"/proc/sys/net/ipv6/conf/{self.name}/disable_ipv6", "w") as f:
-                    f.write("1")
-            except OSError:
-                pass  # (no IPv6, or a read-only /proc/sys: its few frames wait unread in its queue)
-            self.tap.up()
-            self.prog = ebpf.load_program(kp.strip_program(socket.if_nametoindex(soft), stats), "batmand_strip")
-            self.link = ebpf.attach_ingress(self.prog, self.ifindex)
-        except OSError:
-            self.close()
-            raise
+        self.names = (soft[:10] + "-kseg", soft[:10] + "-kgro")
+        self.fds: list[int] = []
+        with IPRoute() as ipr:
+            for name in self.names:
+                for found in ipr.link_lookup(ifname=name):
+                    ipr.link("del", index=found)  # left by a daemon killed hard
+            ipr.link("add", ifname=self.names[0], kind="veth", peer=self.names[1])
+            try:
+                self.ifindex, peer = (socket.if_nametoindex(n) for n in self.names)
+                for name in self.names:
+                    try:  # no IPv6 link-local address: the host sends nothing into it
+                        with open(f"/proc/sys/net/ipv6/conf/{name}/disable_ipv6", "w") as f:
+                            f.write("1")
+                    except OSError:
+                        pass  # (no IPv6, or a read-only /proc/sys: the programs send its few frames on)
+                for name, flag, on in ((self.names[0], "tcp-segmentation-offload", False),
+                                       (self.names[1], "generic-receive-offload", gro)):
+                    tool = IoctlEthtool(name)
+                    try:
+                        tool.set_offload_flag(flag, on)
+                    finally:
+                        tool.close()
+                for index in (self.ifindex, peer):  # (a veth checks the MTU: frames here are longer)
+                    ipr.link("set", index=index, mtu=PASSAGE_MTU, state="up")
+                for program, index, name in (
+                        (kp.strip_program(self.ifindex, maps.stats), self.ifindex, "batmand_strip"),
+                        (kp.passage_program(socket.if_nametoindex(soft), maps), peer, "batmand_pass")):
+                    self.fds.append(ebpf.load_program(program, name))
+                    self.fds.append(ebpf.attach_ingress(self.fds[-1], index))
+            except Exception:
+                self.close(ipr)
+                raise
 
-    def close(self) -> None:
-        for fd in (self.link, self.prog):
-            if fd >= 0:
-                ebpf.close(fd)
-        self.link = self.prog = -1
-        self.tap.close()
+    def close(self, ipr=None) -> None:
+        for fd in self.fds:
+            ebpf.close(fd)
+        self.fds = []
+        if ipr is None:
+            from pyroute2 import IPRoute
+
+            with IPRoute() as ipr:
+                self.close(ipr)
+            return
+        for found in ipr.link_lookup(ifname=self.names[0]):
+            ipr.link("del", index=found)
 
 
 def _install(table: ebpf.Map, installed: set, key: bytes, value: bytes | None, member) -> None:
@@ -125,23 +157,22 @@ def _error(exc: OSError) -> str:
 class KernelForward:
     """The maps and programs of the kernel fast path, kept in step with the data plane."""
 
-    def __init__(self, soft: str | None = None, deliver_tcp: bool = False) -> None:
+    def __init__(self, soft: str | None = None, gro: bool = True) -> None:
         """`soft`: the soft interface, to deliver to and send from (None: forward only);
-        `deliver_tcp`: the daemon does not coalesce TCP segments (GRO), so TCP is
-        delivered in the kernel too."""
+        `gro`: merge a TCP flow's segments for it (the `gro` setting)."""
         self.origs: dict = {}  # the forwarding table's routes toward originators
         self.ports: dict[str, tuple[bytes, int, int]] = {}  # name -> (mac, mtu, ifindex)
         self.wifi = False
         self.primary: bytes | None = None
         self.soft_up = False  # bat0 administratively up (else the daemon delivers, and counts the drops)
+        self.soft_mtu = 0  # bat0's MTU: a route that holds it and our header carries TCP in the kernel
         self.taps = False  # a packet socket listens on bat0 (it would not see what the kernel sends)
-        self.deliver_tcp = deliver_tcp
         self.links: dict[str, tuple[int, int]] = {}  # hard interface -> (program fd, link fd)
         self.error: str | None = None  # why nothing is attached
         self.deliver_error: str | None = None  # why nothing is delivered, for good
         self.send_error: str | None = None  # why nothing is sent, for good
         self.maps: Maps | None = None
-        self.device: DeliveryDevice | None = None
+        self.passage: Passage | None = None
         self.soft_index = 0
         self._send_fds: tuple = ()  # bat0's egress program and link
         self._installed: set = set()  # originators in the routes map
@@ -162,19 +193,20 @@ class KernelForward:
         if soft is None:
             self.deliver_error = self.send_error = "no soft interface"
         else:
-            self._start_soft(soft)
+            self._start_soft(soft, gro)
         self._write_config()
 
-    def _start_soft(self, soft: str) -> None:
+    def _start_soft(self, soft: str, gro: bool) -> None:
         try:
-            self.device = DeliveryDevice(soft, self.maps.stats)
-        except OSError as exc:
-            self.deliver_error = _error(exc)
+            self.passage = Passage(soft, self.maps, gro)
+        except Exception as exc:  # (OSError, or pyroute2's NetlinkError and EthtoolError)
+            self.deliver_error = str(exc).splitlines()[0] or type(exc).__name__
             log.info("delivery in the kernel is not available (%s): the daemon delivers every frame",
                      self.deliver_error)
         try:
             self.soft_index = socket.if_nametoindex(soft)
-            prog = ebpf.load_program(kp.send_program(self.maps), "batmand_send")
+            passage = self.passage.ifindex if self.passage else None
+            prog = ebpf.load_program(kp.send_program(self.maps, passage), "batmand_send")
             try:
                 self._send_fds = (prog, ebpf.attach_egress(prog, self.soft_index))
             except OSError:
@@ -228,9 +260,10 @@ class KernelForward:
         except OSError as exc:
             self._unavailable(exc)
 
-    def set_soft_up(self, up: bool) -> None:
-        if self.active and up != self.soft_up:
-            self.soft_up = up
+    def set_soft(self, up: bool, mtu: int) -> None:
+        """bat0's state: administratively up, and its MTU."""
+        if self.active and (up, mtu) != (self.soft_up, self.soft_mtu):
+            self.soft_up, self.soft_mtu = up, mtu
             self._write_config()
 
     def watch_taps(self, packet_sockets: str | None = None) -> None:
@@ -351,7 +384,7 @@ class KernelForward:
         slow = self._slow
         if not self.active:
             return self.error
-        if self.device is None:
+        if self.passage is None:
             return self.deliver_error or "closed"
         if not self.soft_up:
             return "the soft interface is down"
@@ -387,8 +420,9 @@ class KernelForward:
         l4 = [any(r[3] == d for r in self._rules) for d in (kp.TO_HOST_DIR, kp.FROM_HOST_DIR)]
         config = kp.CONFIG.pack(self.primary or bytes(6), self._deliver_blocked() is None,
                                 slow.to_host_sources is not None, not self.wifi, self._send_blocked() is None,
-                                bool(self._from_host), *l4, *flags, self.deliver_tcp,
-                                self.device.ifindex if self.device else 0)
+                                bool(self._from_host), *l4, *flags,
+                                self.soft_mtu + UNICAST_PREFIX_LEN if self.soft_mtu else 0,
+                                self.passage.ifindex if self.passage else 0)
         self.maps.config.update(b"\0\0\0\0", config)
 
     def take_seen(self) -> dict:
@@ -441,7 +475,7 @@ class KernelForward:
     def status(self) -> dict:
         return {"interfaces": sorted(self.links), "routes": len(self._installed), "clients": len(self._clients),
                 "error": self.error, "deliver": self._deliver_blocked() or "on",
-                "send": self._send_blocked() or "on", "deliver_failed": self._counters()[6]}
+                "send": self._send_blocked() or "on", "dropped": self._counters()[6]}
 
     def close(self) -> None:
         for name in list(self.links):
@@ -449,9 +483,9 @@ class KernelForward:
         for fd in self._send_fds:
             ebpf.close(fd)
         self._send_fds = ()
-        if self.device is not None:
-            self.device.close()
-            self.device = None
+        if self.passage is not None:
+            self.passage.close()
+            self.passage = None
         if self.maps is not None:
             self._before = self._counters()
             self.maps.close()

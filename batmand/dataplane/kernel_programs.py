@@ -11,21 +11,24 @@ same tables, and leaves everything else to the daemon unchanged (TC_NEXT):
     Not while a hard interface is Wi-Fi (the daemon then forwards by incoming interface).
   - Deliver: the same kind of frame for our originator, carrying an untagged IPv4
     (without options) or IPv6 packet for a client of ours that no slow-path rule claims,
-    from a source BLA claimed when BLA watches sources (marked seen), not TCP while the
-    daemon coalesces TCP segments for bat0 (GRO: the host gets fewer, larger frames
-    that way than from the kernel, which hands it each segment): the inner Ethernet
-    header copied over the outer one, into the delivery device.
-- strip_program, on the delivery device's ingress: the 24 bytes behind the (inner)
-  Ethernet header go, and the frame goes into bat0 as if the host got it from the TAP.
-  bpf_skb_adjust_room works on IP packets only, so the stack must have taken the frame
-  for one first: hence two stages. Packet taps run before tc, so the half-made frame
-  shows only on the delivery device, never on bat0.
+    from a source BLA claimed when BLA watches sources (marked seen): the inner Ethernet
+    header copied over the outer one, into the passage (kernel_forward.Passage).
+- strip_program, on the passage's first end (kseg) ingress: the 24 bytes behind the
+  (inner) Ethernet header go, and the frame crosses to the second end (kgro), whose GRO
+  merges a TCP flow's segments as a NIC would. bpf_skb_adjust_room works on IP packets
+  only, so the stack must have taken the frame for one first: hence two stages.
 - send_program, on bat0's egress: a frame the host sends from a client of ours to a
-  client of a routed originator, untagged IPv4 / IPv6 but not TCP, that no slow-path rule
-  claims, fitting the outgoing interface: our 24 bytes put in front, redirected out of
-  the hard interface. The stack hands bat0 GSO frames (with TSO, and even without it,
-  segmenting them behind this hook): those stay with the daemon, which cuts them; so
-  does all TCP, so that a flow never takes both ways and overtakes itself.
+  client of a routed originator, untagged IPv4 / IPv6, that no slow-path rule claims,
+  fitting the outgoing interface: our 24 bytes put in front (the stack keeps its own
+  headers' offsets, so GSO still finds them). TCP crosses the passage the other way:
+  kseg has no TSO, so the stack cuts a GSO frame there into segments, each behind a
+  copy of our header, as the kernel module's bat0 would have been handed them. Other
+  frames go straight out of the hard interface; other GSO frames stay with the daemon.
+  TCP goes this way only where every segment of a flow fits (the route's MTU holds
+  bat0's MTU and our header), so a flow never takes both ways and overtakes itself.
+- passage_program, on kgro's ingress: our segments out of the hard interface of their
+  route, the rest (delivered frames, merged) into bat0 as if the host got it from the TAP.
+  Packet taps run before tc, so half-made frames show only on the passage, never on bat0.
 
 Frames and bytes are counted per CPU as the kernel module counts them."""
 
@@ -49,8 +52,8 @@ CLIENT = struct.Struct("=6sBx")  # a client of another originator: that originat
 LOCAL = struct.Struct("=B7xQ")
 LOCAL_OURS, LOCAL_LEAVING = 1, 2  # ours; deleted or roamed away (frames for it need the core's TTVN rules)
 # the settings: our originator (while its interface is active), then one byte each, then
-# the delivery device's ifindex
-CONFIG = struct.Struct("=6s10BI")
+# the MTU a route needs for TCP (bat0's and our header) and the passage's ifindex (kseg)
+CONFIG = struct.Struct("=6s9BxII")
 C_PRIMARY = 0
 C_DELIVER = 6  # delivery on
 C_WATCH = 7  # BLA watches the sources of frames to the host (only those in the watched map)
@@ -59,16 +62,16 @@ C_SEND = 9  # sending on
 C_FROM_HOST = 10  # the core watches some senders on the host (the from_host map)
 C_L4 = (11, 12)  # the rules map has L4 rules toward the host, from the host
 C_SLOW = (13, 14)  # bit 0: every IPv4 packet is the core's, bit 1: every IPv6 one; toward, from the host
-C_DELIVER_TCP = 15  # TCP too (else the daemon's: it coalesces segments for bat0's GRO)
-C_DEVICE = 16
+C_TCP_MTU = 16
+C_DEVICE = 20
 TO_HOST_DIR, FROM_HOST_DIR = 0, 1
 # a slow-path rule: ethertype, IP protocol, direction, 0 (any port) or 1 (this port), port
 RULE = struct.Struct("=2sBBBx2s")
 # per CPU: forwarded frames and bytes (whole frames, as the kernel's forward_bytes),
 # delivered and sent frames and bytes (inner frames, as rx_bytes / tx_bytes), frames the
-# second stage could not strip (dropped)
+# passage dropped (not strippable; a segment whose route went while it was cut)
 STATS = struct.Struct("=7Q")
-S_FORWARD, S_DELIVER, S_SEND, S_STRIP_FAILED = 0, 16, 32, 48
+S_FORWARD, S_DELIVER, S_SEND, S_DROPPED = 0, 16, 32, 48
 # struct __sk_buff
 _SKB_LEN, _SKB_VLAN_PRESENT, _SKB_DATA, _SKB_DATA_END, _SKB_GSO_SIZE = 0, 20, 76, 80, 176
 _ETH_LEN = 14
@@ -95,15 +98,17 @@ def _host16(value: int) -> int:
     return int.from_bytes(value.to_bytes(2, "big"), sys.byteorder)
 
 
-def _start(p: ebpf.Program) -> None:
-    """r6: the skb, r7 / r8: its data and end; hardware-tagged and segmented frames go on."""
+def _start(p: ebpf.Program, gso: bool = False) -> None:
+    """r6: the skb, r7 / r8: its data and end; hardware-tagged frames go on, and GSO
+    frames unless `gso`."""
     p.alu_reg(R6, "=", R1)
     p.load(R7, R6, _SKB_DATA, 4)
     p.load(R8, R6, _SKB_DATA_END, 4)
     p.load(R1, R6, _SKB_VLAN_PRESENT, 4)
     p.jump_if(R1, "!=", 0, "next")  # a tag the hardware took off: the daemon reads it from the ring
-    p.load(R1, R6, _SKB_GSO_SIZE, 4)
-    p.jump_if(R1, "!=", 0, "next")
+    if not gso:
+        p.load(R1, R6, _SKB_GSO_SIZE, 4)
+        p.jump_if(R1, "!=", 0, "next")
 
 
 def _config(p: ebpf.Program, maps: Maps) -> None:
@@ -205,11 +210,11 @@ def _forward(p: ebpf.Program, maps: Maps) -> None:
     p.exit()
 
 
-def _ip_rules(p: ebpf.Program, maps: Maps, l3: int, direction: int, tcp: int | None) -> None:
+def _ip_rules(p: ebpf.Program, maps: Maps, l3: int, direction: int) -> None:
     """r1: the ethertype at l3 - 2. On only for an untagged IPv4 (without options) or IPv6
     packet, whole to its L4 header's first 4 bytes, that no slow-path rule in `direction`
-    claims (the rules as decision.slow_by_rule reads them), and TCP only while the
-    setting at `tcp` says so (None: never). Labels: this direction's."""
+    claims (the rules as decision.slow_by_rule reads them); then r4: its L4 protocol.
+    Labels: this direction's."""
     d = f"_{direction}"
     p.jump_if(R1, "==", _host16(_ETH_P_IP), "ip4" + d)
     p.jump_if(R1, "!=", _host16(_ETH_P_IPV6), "next")
@@ -232,11 +237,6 @@ def _ip_rules(p: ebpf.Program, maps: Maps, l3: int, direction: int, tcp: int | N
     p.load(R4, R7, l3 + 9, 1)
     p.load(R5, R7, l3 + 22, 2)
     p.label("l4" + d)
-    if tcp is not None:
-        p.load(R2, R9, tcp, 1)
-        p.jump_if(R2, "!=", 0, "tcp" + d)
-    p.jump_if(R4, "==", _IPPROTO_TCP, "next")
-    p.label("tcp" + d)
     p.load(R2, R9, C_L4[direction], 1)
     p.jump_if(R2, "==", 0, "ruled" + d)
     # (ethertype, protocol, direction, any port) at r10-16, (..., this port) at r10-24
@@ -253,16 +253,17 @@ def _ip_rules(p: ebpf.Program, maps: Maps, l3: int, direction: int, tcp: int | N
     for off in (-16, -24):
         _lookup(p, maps.rules, off)
         p.jump_if(R0, "!=", 0, "next")
+    p.load(R4, R10, -14, 1)  # (the protocol again: the calls took the registers)
     p.label("ruled" + d)
 
 
 def _deliver(p: ebpf.Program, maps: Maps) -> None:
-    """A frame for our originator (r9: the settings): into the delivery device, or on to
+    """A frame for our originator (r9: the settings): into the passage, or on to
     the daemon."""
     p.load(R1, R7, INNER_OFF, 1)
     p.jump_if(R1, "&", 1, "next")  # multicast inside (our table has groups too): the core's rules
     p.load(R1, R7, _INNER_TYPE, 2)
-    _ip_rules(p, maps, INNER_OFF + _ETH_LEN, TO_HOST_DIR, C_DELIVER_TCP)
+    _ip_rules(p, maps, INNER_OFF + _ETH_LEN, TO_HOST_DIR)
     p.alu(R3, "=", 0)
     _key(p, INNER_OFF, R3)  # only for a client of ours (state ours: not roamed away)
     _lookup(p, maps.local)
@@ -289,36 +290,75 @@ def _deliver(p: ebpf.Program, maps: Maps) -> None:
     p.exit()
 
 
-def strip_program(soft_ifindex: int, stats: ebpf.Map) -> bytes:
-    """The delivery device's ingress program (see the module's docstring)."""
+def strip_program(passage_ifindex: int, stats: ebpf.Map) -> bytes:
+    """The ingress program of the passage's first end (see the module's docstring)."""
     p = ebpf.Program()
     p.alu_reg(R6, "=", R1)
     p.alu(R2, "=", -UNICAST_PREFIX_LEN)
     p.alu(R3, "=", ebpf.ADJ_ROOM_MAC)
     p.alu(R4, "=", 0)
     p.call(ebpf.HELPER_SKB_ADJUST_ROOM)
-    p.jump_if(R0, "!=", 0, "failed")
+    p.jump_if(R0, "!=", 0, "drop")
+    p.alu(R1, "=", passage_ifindex)  # out of it: into its other end's GRO
+    p.alu(R2, "=", 0)
+    p.call(ebpf.HELPER_REDIRECT)
+    p.exit()
+    _drop(p, stats)
+    return p.assemble()
+
+
+def passage_program(soft_ifindex: int, maps: Maps) -> bytes:
+    """The ingress program of the passage's second end (see the module's docstring)."""
+    p = ebpf.Program()
+    p.alu_reg(R6, "=", R1)
+    p.load(R7, R6, _SKB_DATA, 4)
+    p.load(R8, R6, _SKB_DATA_END, 4)
+    p.alu_reg(R1, "=", R7)
+    p.alu(R1, "+", DEST_OFF + 6)
+    p.jump_if_reg(R1, ">", R8, "host")
+    p.load(R1, R7, 12, 2)
+    p.jump_if(R1, "!=", _host16(ETH_P_BATMAN), "host")
+    p.alu(R3, "=", 0)  # a segment of ours: out by its route as it is now
+    _key(p, DEST_OFF, R3)
+    _lookup(p, maps.routes)
+    p.jump_if(R0, "==", 0, "drop")
+    p.alu_reg(R9, "=", R0)
+    for off, size in ((0, 4), (4, 2), (6, 2), (8, 4)):
+        p.load(R1, R9, _V_NEXT_HOP + off, size)
+        p.store(R7, off, R1, size)
+    _count(p, maps.stats, S_SEND, -UNICAST_PREFIX_LEN)
+    p.load(R1, R9, _V_IFINDEX, 4)
+    p.alu(R2, "=", 0)
+    p.call(ebpf.HELPER_REDIRECT)
+    p.exit()
+    p.label("host")
     p.alu(R1, "=", soft_ifindex)
     p.alu(R2, "=", ebpf.REDIRECT_INGRESS)
     p.call(ebpf.HELPER_REDIRECT)
     p.exit()
-    p.label("failed")
-    p.store_imm(R10, -8, 0, 4)
-    _lookup(p, stats)
-    p.jump_if(R0, "==", 0, "drop")
-    p.load(R1, R0, S_STRIP_FAILED, 8)
-    p.alu(R1, "+", 1)
-    p.store(R0, S_STRIP_FAILED, R1, 8)
-    p.label("drop")
-    p.alu(R0, "=", ebpf.TC_SHOT)
-    p.exit()
+    _drop(p, maps.stats)
     return p.assemble()
 
 
-def send_program(maps: Maps) -> bytes:
-    """bat0's egress program (see the module's docstring)."""
+def _drop(p: ebpf.Program, stats: ebpf.Map) -> None:
+    """Label "drop": the passage drops the frame, counting it (r6: the skb)."""
+    p.label("drop")
+    p.store_imm(R10, -8, 0, 4)
+    _lookup(p, stats)
+    p.jump_if(R0, "==", 0, "dropped")
+    p.load(R1, R0, S_DROPPED, 8)
+    p.alu(R1, "+", 1)
+    p.store(R0, S_DROPPED, R1, 8)
+    p.label("dropped")
+    p.alu(R0, "=", ebpf.TC_SHOT)
+    p.exit()
+
+
+def send_program(maps: Maps, passage_ifindex: int | None) -> bytes:
+    """bat0's egress program (see the module's docstring); `passage_ifindex`: kseg's
+    (None: no passage, TCP stays with the daemon)."""
     p = ebpf.Program()
-    _start(p)
+    _start(p, gso=True)
     p.alu_reg(R1, "=", R7)
     p.alu(R1, "+", _ETH_LEN)
     p.jump_if_reg(R1, ">", R8, "next")
@@ -328,7 +368,18 @@ def send_program(maps: Maps) -> bytes:
     p.load(R1, R7, 0, 1)
     p.jump_if(R1, "&", 1, "next")  # multicast (the table has groups too): the core floods it or sends it
     p.load(R1, R7, 12, 2)
-    _ip_rules(p, maps, _ETH_LEN, FROM_HOST_DIR, None)
+    _ip_rules(p, maps, _ETH_LEN, FROM_HOST_DIR)
+    p.jump_if(R4, "==", _IPPROTO_TCP, "next" if passage_ifindex is None else "tcp")
+    p.load(R1, R6, _SKB_GSO_SIZE, 4)  # UDP GSO and the like: the daemon cuts it
+    p.jump_if(R1, "!=", 0, "next")
+    p.alu(R1, "=", 0)  # (at r10-32: 0, or for TCP the MTU every segment of the flow needs)
+    if passage_ifindex is not None:
+        p.jump("whole")
+        p.label("tcp")
+        p.load(R1, R9, C_TCP_MTU, 4)
+        p.jump_if(R1, "==", 0, "next")
+        p.label("whole")
+    p.store(R10, -32, R1, 4)
     p.alu(R3, "=", 0)
     _key(p, 6, R3)  # from a client of ours (the core learns the others), marked seen
     _lookup(p, maps.local)
@@ -362,10 +413,16 @@ def send_program(maps: Maps) -> bytes:
     _lookup(p, maps.routes)
     p.jump_if(R0, "==", 0, "next")
     p.alu_reg(R9, "=", R0)
+    p.load(R2, R9, _V_MTU, 4)
+    p.load(R1, R10, -32, 4)
+    p.jump_if(R1, "==", 0, "frame")
+    p.jump_if_reg(R1, ">", R2, "next")  # TCP: a full segment would not fit (the daemon fragments the flow)
+    p.jump("fits")
+    p.label("frame")
     p.load(R1, R6, _SKB_LEN, 4)  # too long for the way out: the daemon fragments it
     p.alu(R1, "+", UNICAST_PREFIX_LEN - _ETH_LEN)
-    p.load(R2, R9, _V_MTU, 4)
     p.jump_if_reg(R1, ">", R2, "next")
+    p.label("fits")
     p.load(R1, R9, _V_TTVN, 1)  # a roaming client's frames carry the TTVN before its move
     p.load(R2, R10, -18, 1)
     p.alu_reg(R1, "-", R2)
@@ -379,7 +436,7 @@ def send_program(maps: Maps) -> bytes:
     p.load(R8, R6, _SKB_DATA_END, 4)
     p.alu_reg(R1, "=", R7)
     p.alu(R1, "+", UNICAST_PREFIX_LEN)
-    p.jump_if_reg(R1, ">", R8, "drop")  # (cannot be: the room was just made)
+    p.jump_if_reg(R1, ">", R8, "shot")  # (cannot be: the room was just made)
     for off, size in ((0, 4), (4, 2), (6, 2), (8, 4)):  # to the next hop, from the out interface
         p.load(R1, R9, _V_NEXT_HOP + off, size)
         p.store(R7, off, R1, size)
@@ -394,12 +451,21 @@ def send_program(maps: Maps) -> bytes:
     for off, size in ((0, 4), (4, 2)):
         p.load(R1, R10, -24 + off, size)
         p.store(R7, DEST_OFF + off, R1, size)
+    p.load(R1, R10, -32, 4)
+    if passage_ifindex is not None:
+        p.jump_if(R1, "!=", 0, "passage")
     _count(p, maps.stats, S_SEND, -UNICAST_PREFIX_LEN)
     p.load(R1, R9, _V_IFINDEX, 4)
     p.alu(R2, "=", 0)
     p.call(ebpf.HELPER_REDIRECT)
     p.exit()
-    p.label("drop")
+    if passage_ifindex is not None:
+        p.label("passage")  # (counted there, per segment)
+        p.alu(R1, "=", passage_ifindex)
+        p.alu(R2, "=", 0)
+        p.call(ebpf.HELPER_REDIRECT)
+        p.exit()
+    p.label("shot")
     p.alu(R0, "=", ebpf.TC_SHOT)
     p.exit()
     _next(p)

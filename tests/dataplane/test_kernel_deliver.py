@@ -65,14 +65,14 @@ def tables(slow: SlowPath = SlowPath()) -> ForwardingUpdate:
 
 
 @contextlib.contextmanager
-def deliverer(net: dict, slow: SlowPath = SlowPath(), deliver_tcp: bool = True):
+def deliverer(net: dict, slow: SlowPath = SlowPath(), gro: bool = True):
     with entered(net["m"]):
-        kf = KernelForward("bat0", deliver_tcp=deliver_tcp)
-        if not kf.active or kf.device is None:
+        kf = KernelForward("bat0", gro=gro)
+        if not kf.active or kf.passage is None:
             pytest.skip(f"no eBPF delivery here: {kf.error or kf.deliver_error}")
         try:
             kf.set_ports({"m1": (PRIMARY, 1500)}, PRIMARY, False)
-            kf.set_soft_up(True)
+            kf.set_soft(True, 1500)
             kf.apply(tables(slow))
             yield kf
         finally:
@@ -166,7 +166,7 @@ def test_the_kernel_delivers_only_what_the_data_plane_delivers():
         counters = kf.counters()
         assert counters["rx"] == len(delivered)
         assert counters["rx_bytes"] == sum(len(frames[i]) - 24 for i in delivered)
-        assert kf.status()["deliver"] == "on" and kf.status()["deliver_failed"] == 0
+        assert kf.status()["deliver"] == "on" and kf.status()["dropped"] == 0
 
 
 def test_a_rule_for_every_ipv6_packet_takes_them_all():
@@ -174,13 +174,6 @@ def test_a_rule_for_every_ipv6_packet_takes_them_all():
     with node() as net, deliverer(net, slow):
         frames = mark([frame(net, ip6(17, 5000), ethertype=0x86DD), frame(net)])
         assert delivered_by_kernel(net, table_of(slow), frames) == [1]
-
-
-def test_tcp_stays_with_the_daemon_while_it_coalesces():
-    """gro on (the default): TCP is the daemon's, the rest the kernel's."""
-    with node() as net, deliverer(net, deliver_tcp=False):
-        frames = mark([frame(net, ip4(6, 80)), frame(net, ip6(6, 22), ethertype=0x86DD), frame(net)])
-        assert delivered_by_kernel(net, table_of(), frames) == [2]
 
 
 def test_random_frames_agree_with_decide_mesh():
@@ -267,11 +260,12 @@ def test_no_primary_or_soft_interface_down_no_delivery_and_closing_detaches():
             with entered(net["m"]):
                 kf.set_ports({"m1": (PRIMARY, 1500)}, PRIMARY, False)
             assert check(net, table_of(), mark([frame(net)])) == 1
-            kf.set_soft_up(False)  # bat0 down: the daemon's (it counts the frames it cannot write)
+            kf.set_soft(False, 1500)  # bat0 down: the daemon's (it counts the frames it cannot write)
             assert kf.status()["deliver"] == "the soft interface is down"
             at_soft, at_m = exchange(net, mark([frame(net)]))
             assert at_m and not at_soft
-            assert "inet6" not in ip("addr", "show", "bat0-krx", netns=net["m"]), "the host may send into it"
+            for end in ("bat0-kseg", "bat0-kgro"):
+                assert "inet6" not in ip("addr", "show", end, netns=net["m"]), "the host may send into it"
         at_soft, at_m = exchange(net, mark([frame(net)]))
         assert at_m and not at_soft
-        assert "bat0-krx" not in ip("-br", "link", netns=net["m"]), "the delivery device outlived the daemon's use"
+        assert "bat0-k" not in ip("-br", "link", netns=net["m"]), "the passage outlived the daemon's use"

@@ -137,7 +137,8 @@ class Options:
                               help="soft interface MAC (default: a random locally administered one)")
     workers: int = setting(allowed=Workers(0, MAX_WORKERS), factory=auto_workers, live=False, example='"auto"',
                            section=_DATA_PLANE, help="worker processes, one per CPU; 0 runs the data plane inline")
-    gro: bool = setting(True, FLAG, live=False, help="coalesce TCP segments delivered to the host into GSO frames")
+    gro: bool = setting(True, FLAG, live=False, help="coalesce TCP segments delivered to the host into GSO frames "
+                                                       "(in the workers, and by GRO on the kernel path)")
     tso: bool = setting(True, FLAG, live=False,
                         help="accept TSO super-frames from the host, segment them in the workers")
     csum_offload: bool = setting(True, FLAG, live=False,
@@ -145,8 +146,9 @@ class Options:
     kernel_forward: bool = setting(True, FLAG, live=False,
                                    help="move plain unicast in the kernel (eBPF on the hard interfaces' ingress "
                                         "and the soft interface's egress, Linux 6.6+): forward it through this "
-                                        "node, deliver it to the host and send it from the host, instead of in "
-                                        "the daemon")
+                                        "node, deliver it to the host and send it from the host (TCP cut into "
+                                        "segments by the stack, through a hidden veth pair <meshif>-kseg / -kgro), "
+                                        "instead of in the daemon")
     rx_ring: str = setting("v2", Choice(("v2", "v3")), live=False,
                            help="PACKET_MMAP receive ring: v2 (a wake-up per burst) or v3 (block timer)")
     # not settings: what the keys above fill in

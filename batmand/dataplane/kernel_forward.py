@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import socket
 import sys
 
 from batmand.core.forwarding import FROM_HOST, TO_HOST, SlowPath
 from batmand.wire.fastpath import UNICAST_PREFIX_LEN
+from batmand.wire.mac import Mac
 
-from . import ebpf
+from . import ebpf, veth
 from . import kernel_programs as kp
 
 log = logging.getLogger("batmand")
@@ -84,54 +86,46 @@ class Passage:
     A veth pair outlives a daemon killed hard: the next start takes the old one away."""
 
     def __init__(self, soft: str, maps: Maps, gro: bool) -> None:
-        from pyroute2 import IPRoute  # (only where the kernel path runs)
-        from pyroute2.ethtool.ioctl import IoctlEthtool
+        from pyroute2.ethtool.ioctl import IoctlEthtool  # (only where the kernel path runs)
 
         self.names = (soft[:10] + "-kseg", soft[:10] + "-kgro")
         self.fds: list[int] = []
-        with IPRoute() as ipr:
+        for name in self.names:
+            veth.delete(name)  # left by a daemon killed hard
+        # one address for both ends, which the programs drop frames from: the host's own
+        own = bytes([0x02]) + os.urandom(5)
+        veth.add_pair(*self.names, str(Mac(own)), PASSAGE_MTU)  # (a veth checks the MTU: frames here are longer)
+        try:
+            self.ifindex, peer = (socket.if_nametoindex(n) for n in self.names)
             for name in self.names:
-                for found in ipr.link_lookup(ifname=name):
-                    ipr.link("del", index=found)  # left by a daemon killed hard
-            ipr.link("add", ifname=self.names[0], kind="veth", peer=self.names[1])
-            try:
-                self.ifindex, peer = (socket.if_nametoindex(n) for n in self.names)
-                for name in self.names:
-                    try:  # no IPv6 link-local address: the host sends nothing into it
-                        with open(f"/proc/sys/net/ipv6/conf/{name}/disable_ipv6", "w") as f:
-                            f.write("1")
-                    except OSError:
-                        pass  # (no IPv6, or a read-only /proc/sys: the programs send its few frames on)
-                for name, flag, on in ((self.names[0], "tcp-segmentation-offload", False),
-                                       (self.names[1], "generic-receive-offload", gro)):
-                    tool = IoctlEthtool(name)
-                    try:
-                        tool.set_offload_flag(flag, on)
-                    finally:
-                        tool.close()
-                for index in (self.ifindex, peer):  # (a veth checks the MTU: frames here are longer)
-                    ipr.link("set", index=index, mtu=PASSAGE_MTU, state="up")
-                for program, index, name in (
-                        (kp.strip_program(self.ifindex, maps.stats), self.ifindex, "batmand_strip"),
-                        (kp.passage_program(socket.if_nametoindex(soft), maps), peer, "batmand_pass")):
-                    self.fds.append(ebpf.load_program(program, name))
-                    self.fds.append(ebpf.attach_ingress(self.fds[-1], index))
-            except Exception:
-                self.close(ipr)
-                raise
+                try:  # no IPv6 link-local address: the host sends nothing into it
+                    with open(f"/proc/sys/net/ipv6/conf/{name}/disable_ipv6", "w") as f:
+                        f.write("1")
+                except OSError:
+                    pass  # (no IPv6, or a read-only /proc/sys: the programs drop its few frames)
+            for name, flag, on in ((self.names[0], "tcp-segmentation-offload", False),
+                                   (self.names[1], "generic-receive-offload", gro)):
+                tool = IoctlEthtool(name)
+                try:
+                    tool.set_offload_flag(flag, on)
+                finally:
+                    tool.close()
+            for program, index, name in (
+                    (kp.strip_program(self.ifindex, own, maps.stats), self.ifindex, "batmand_strip"),
+                    (kp.passage_program(socket.if_nametoindex(soft), own, maps), peer, "batmand_pass")):
+                self.fds.append(ebpf.load_program(program, name))
+                self.fds.append(ebpf.attach_ingress(self.fds[-1], index))
+            for name in self.names:
+                veth.set_up(name)
+        except Exception:
+            self.close()
+            raise
 
-    def close(self, ipr=None) -> None:
+    def close(self) -> None:
         for fd in self.fds:
             ebpf.close(fd)
         self.fds = []
-        if ipr is None:
-            from pyroute2 import IPRoute
-
-            with IPRoute() as ipr:
-                self.close(ipr)
-            return
-        for found in ipr.link_lookup(ifname=self.names[0]):
-            ipr.link("del", index=found)
+        veth.delete(self.names[0])
 
 
 def _install(table: ebpf.Map, installed: set, key: bytes, value: bytes | None, member) -> None:

@@ -290,10 +290,35 @@ def _deliver(p: ebpf.Program, maps: Maps) -> None:
     p.exit()
 
 
-def strip_program(passage_ifindex: int, stats: ebpf.Map) -> bytes:
-    """The ingress program of the passage's first end (see the module's docstring)."""
+def _not_from(p: ebpf.Program, own: bytes) -> None:
+    """r6: the skb. What the host itself sends into the passage (IPv6 neighbour discovery,
+    a DHCP client: anything from the passage's own address) is dropped."""
+    p.load(R7, R6, _SKB_DATA, 4)
+    p.load(R8, R6, _SKB_DATA_END, 4)
+    p.alu_reg(R1, "=", R7)
+    p.alu(R1, "+", _ETH_LEN)
+    p.jump_if_reg(R1, ">", R8, "shot")
+    p.load(R1, R7, 6, 4)
+    p.load_imm64(R2, int.from_bytes(own[:4], sys.byteorder))
+    p.jump_if_reg(R1, "!=", R2, "theirs")
+    p.load(R1, R7, 10, 2)
+    p.jump_if(R1, "==", int.from_bytes(own[4:6], sys.byteorder), "shot")
+    p.label("theirs")
+
+
+def _shot(p: ebpf.Program) -> None:
+    p.label("shot")
+    p.alu(R0, "=", ebpf.TC_SHOT)
+    p.exit()
+
+
+def strip_program(passage_ifindex: int, own: bytes, stats: ebpf.Map) -> bytes:
+    """The ingress program of the passage's first end (see the module's docstring); `own`:
+    the passage's MAC address (both ends have it)."""
     p = ebpf.Program()
     p.alu_reg(R6, "=", R1)
+    _not_from(p, own)
+    p.alu_reg(R1, "=", R6)
     p.alu(R2, "=", -UNICAST_PREFIX_LEN)
     p.alu(R3, "=", ebpf.ADJ_ROOM_MAC)
     p.alu(R4, "=", 0)
@@ -304,15 +329,15 @@ def strip_program(passage_ifindex: int, stats: ebpf.Map) -> bytes:
     p.call(ebpf.HELPER_REDIRECT)
     p.exit()
     _drop(p, stats)
+    _shot(p)
     return p.assemble()
 
 
-def passage_program(soft_ifindex: int, maps: Maps) -> bytes:
+def passage_program(soft_ifindex: int, own: bytes, maps: Maps) -> bytes:
     """The ingress program of the passage's second end (see the module's docstring)."""
     p = ebpf.Program()
     p.alu_reg(R6, "=", R1)
-    p.load(R7, R6, _SKB_DATA, 4)
-    p.load(R8, R6, _SKB_DATA_END, 4)
+    _not_from(p, own)
     p.alu_reg(R1, "=", R7)
     p.alu(R1, "+", DEST_OFF + 6)
     p.jump_if_reg(R1, ">", R8, "host")
@@ -337,6 +362,7 @@ def passage_program(soft_ifindex: int, maps: Maps) -> bytes:
     p.call(ebpf.HELPER_REDIRECT)
     p.exit()
     _drop(p, maps.stats)
+    _shot(p)
     return p.assemble()
 
 

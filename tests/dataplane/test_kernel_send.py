@@ -78,8 +78,9 @@ def sender(net: dict, slow: SlowPath = SlowPath(), soft_mtu: int = 1500):
     the daemon's."""
     with entered(net["m"]):
         kf = KernelForward("bat0")
-        if not kf.active or kf.status()["send"] != "on":
-            pytest.skip(f"no eBPF sending here: {kf.error or kf.send_error}")
+        if not kf.active:
+            pytest.skip(f"no eBPF here: {kf.error}")
+        assert kf.status()["send"] == "on" and kf.passage is not None, kf.send_error or kf.deliver_error
         try:
             kf.set_ports({"m1": (net["m1"], M1_MTU)}, None, False)
             kf.set_soft(True, soft_mtu)

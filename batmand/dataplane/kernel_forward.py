@@ -2,8 +2,10 @@
 (decision.decide_mesh, decide_host) taken in the kernel by small eBPF programs
 (kernel_programs) on the hard interfaces' ingress and bat0's egress, so unicast between
 known clients moves at the kernel module's cost instead of a trip through the daemon.
-This module keeps the programs' maps in step with what the data plane is told (the same
-set_ports and apply calls), and the programs attached.
+Delivered frames and the TCP the host sends pass through a hidden veth pair of ours (the
+Passage), where the stack merges (GRO) and cuts (GSO) a TCP flow's segments as it does
+for the kernel module's bat0. This module keeps the programs' maps in step with what the
+data plane is told (the same set_ports and apply calls), and the programs attached.
 
 The programs take exactly what the data plane would take without the core, and leave
 everything else to the daemon unchanged, which decides as before. Needs tcx (Linux 6.6)

@@ -14,6 +14,7 @@ import hashlib
 import os
 import socket
 import threading
+import time
 
 import pytest
 import pytun
@@ -146,3 +147,40 @@ def leaked_tcp(tap) -> int:
         except BlockingIOError:
             return count
         count += frame[12:14] == b"\x08\x00" and frame[14 + 9] == 6
+
+
+UDP_SEGMENT = 103  # (linux/udp.h): the stack hands bat0 one GSO frame for several datagrams
+
+
+def test_udp_gso_stays_with_the_daemon():
+    """Only TCP crosses the passage to be cut: a UDP GSO frame goes to the daemon (which
+    cuts it), never out of the hard interface whole."""
+    with pair(True) as (ns, macs, taps, paths):
+        with entered(ns["q"]):
+            receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        with entered(ns["p"]):
+            sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            receiver.bind((SOFT["q"][1], 5300))
+            receiver.settimeout(0.5)
+            sender.setsockopt(socket.SOL_UDP, UDP_SEGMENT, 500)  # (the whole frame fits the route's MTU)
+            sender.sendto(bytes(1000), (SOFT["q"][1], 5300))
+            sender.setsockopt(socket.SOL_UDP, UDP_SEGMENT, 0)
+            sender.sendto(b"whole", (SOFT["q"][1], 5300))  # a plain datagram: the kernel's
+            assert receiver.recv(4096) == b"whole"
+            with pytest.raises(TimeoutError):
+                receiver.recv(4096)
+        finally:
+            sender.close()
+            receiver.close()
+        time.sleep(0.2)
+        udp = []
+        while True:
+            try:
+                frame = os.read(taps["p"].fileno(), 1 << 17)
+            except BlockingIOError:
+                break
+            if frame[12:14] == b"\x08\x00" and frame[14 + 9] == 17:
+                udp.append(len(frame) - 14 - 28)
+        assert udp == [500, 500], f"P's daemon got UDP payloads {udp}"
+        assert paths["p"].counters()["tx"] == 1

@@ -165,9 +165,10 @@ def check_all(lab, report: dict, *, tcp_pair: tuple[str, str] | None = None, alg
     report["tt_steady_30s"] = "pass (no TT requests)"
 
     # TCP / bulk data through the mesh
-    if tcp_pair:
+    if tcp_pair:  # both ways: a batmand sender's segments are cut by its kernel path (the default)
         a, z = tcp_pair
         report["bulk"] = bulk_transfer(lab, a, z)
+        report["bulk_back"] = bulk_transfer(lab, z, a)
 
     # a 1400-byte hard-interface MTU: 1500-byte pings over bat0 both ways (fragmentation)
     report["fragmentation"] = fragmented_pings(lab)

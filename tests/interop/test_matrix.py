@@ -48,8 +48,9 @@ def test_cell(topology, tcp_pair, algo):
             kernel = report["kernel_forward"] = status["kernel_forward"]
             if topology == "interop-kbk":  # the kernel nodes' frames crossed our node
                 assert kernel["forward"] > 0, kernel
-            else:  # delivered from the kernel node (TCP, pings) and sent to it (pings, replies)
+            else:  # delivered from the kernel node and sent to it (TCP both ways, pings)
                 assert kernel["rx"] > 0 and kernel["tx"] > 0, kernel
+                assert kernel["tx"] > 1000, "our node's TCP to the kernel node was not sent by its kernel path"
     print(f"\nINTEROP {algo} {topology}: {json.dumps(report)}")
 
 

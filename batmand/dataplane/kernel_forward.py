@@ -77,8 +77,8 @@ class Maps(kp.Maps):
 
 class Passage:
     """Where the kernel path's frames pass between its stages (kernel_programs): a veth
-    pair of the daemon's, `<bat0>-kseg` and `<bat0>-kgro`, up, without addresses (so the
-    host sends nothing into it).
+    pair of the daemon's, `<bat0>-kseg` and `<bat0>-kgro`, up, without IP addresses (the
+    host sends next to nothing into it, and the programs drop what it does send).
     - Delivered frames come into kseg from a hard interface's program, lose our header
       there and cross to kgro, whose GRO (on as the `gro` setting says) merges a TCP
       flow's segments, then go into bat0.
@@ -99,12 +99,6 @@ class Passage:
         veth.add_pair(*self.names, str(Mac(own)), PASSAGE_MTU)  # (a veth checks the MTU: frames here are longer)
         try:
             self.ifindex, peer = (socket.if_nametoindex(n) for n in self.names)
-            for name in self.names:
-                try:  # no IPv6 link-local address: the host sends nothing into it
-                    with open(f"/proc/sys/net/ipv6/conf/{name}/disable_ipv6", "w") as f:
-                        f.write("1")
-                except OSError:
-                    pass  # (no IPv6, or a read-only /proc/sys: the programs drop its few frames)
             for name, flag, on in ((self.names[0], "tcp-segmentation-offload", False),
                                    (self.names[1], "generic-receive-offload", gro)):
                 tool = IoctlEthtool(name)

@@ -45,14 +45,26 @@ def _request(msg_type: int, nlm_flags: int, **fields) -> None:
     raise OSError(errno.ETIMEDOUT, "no answer from rtnetlink")
 
 
+IN6_ADDR_GEN_MODE_NONE = 1  # (linux/if_link.h) no IPv6 link-local address of its own
+
+
 def add_pair(name: str, peer: str, address: str, mtu: int) -> None:
-    """Both ends down, with the same address and MTU."""
+    """Both ends down, with the same address and MTU, and no IPv6 address of their own
+    (so the host sends no neighbour discovery into them)."""
     same = [("IFLA_ADDRESS", address), ("IFLA_MTU", mtu)]
     _request(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, attrs=[
         ("IFLA_IFNAME", name), *same,
         ("IFLA_LINKINFO", {"attrs": [
             ("IFLA_INFO_KIND", "veth"),
             ("IFLA_INFO_DATA", {"attrs": [("VETH_INFO_PEER", {"attrs": [("IFLA_IFNAME", peer), *same]})]})]})])
+    try:
+        for end in (name, peer):  # (the kernel takes this only once the device exists)
+            _request(RTM_NEWLINK, 0, index=socket.if_nametoindex(end), attrs=[("IFLA_AF_SPEC", {"attrs": [
+                ("AF_INET6", {"attrs": [("IFLA_INET6_ADDR_GEN_MODE", IN6_ADDR_GEN_MODE_NONE)]})]})])
+    except OSError as exc:
+        if exc.errno != errno.EAFNOSUPPORT:  # (no IPv6 in this kernel: nothing to turn off)
+            delete(name)
+            raise
 
 
 def set_up(name: str) -> None:

@@ -60,6 +60,8 @@ WORKER_METRICS = {
     "bad_messages": ("batmand_dataplane_bad_messages", "undecodable messages between a worker and the daemon", True),
     "channel_backlog": ("batmand_dataplane_channel_backlog_messages", "messages waiting to go to a worker", False),
 }
+# the kernel path's parts as the metrics label them, and their keys in `batmanctl dp --json`
+KERNEL_PARTS = (("forward", "forward"), ("deliver", "rx"), ("send", "tx"))
 _NAME = re.compile(r"[^a-zA-Z0-9_]")
 
 
@@ -161,6 +163,19 @@ class DaemonCollector:
         for place, count in sorted((status.get("drops") or {}).items()):
             drops.add_metric([place], count)
         yield drops
+        kernel = status.get("kernel_forward")
+        if kernel and not kernel.get("error"):  # (None: kernel_forward off)
+            frames = CounterMetricFamily("batmand_kernel_path_packets",
+                                         "frames the kernel path moved, by part (batmanctl dp)", labels=["part"])
+            octets = CounterMetricFamily("batmand_kernel_path_bytes",
+                                         "bytes the kernel path moved, by part (batmanctl dp)", labels=["part"])
+            for part, key in KERNEL_PARTS:
+                frames.add_metric([part], kernel.get(key, 0))
+                octets.add_metric([part], kernel.get(key + "_bytes", 0))
+            yield frames
+            yield octets
+            yield CounterMetricFamily("batmand_kernel_path_dropped_packets",
+                                      "frames the kernel path's passage dropped", value=kernel.get("dropped", 0))
 
 
 def registry_for(read_now) -> CollectorRegistry:

@@ -125,10 +125,15 @@ def test_metrics_during_iperf3():
         # drops by reason as batmanctl s has them
         drops = _by_label(last, "batmand_dropped_packets_total", "reason")
         assert all(before["drop_" + r] <= v <= after["drop_" + r] for r, v in drops.items()), (drops, after)
-        # the workers carried it (per worker, bounded labels), and the tables are right
+        # the kernel path carried it (the defaults), the workers are there (per worker,
+        # bounded labels), and the tables are right
         rx = _by_label(last, "batmand_dataplane_rx_packets_total", "worker")
         tx = _by_label(last, "batmand_dataplane_tx_packets_total", "worker")
-        assert set(rx) == set(tx) == {"0", "1"} and sum(tx.values()) > 1000, (rx, tx)
+        assert set(rx) == set(tx) == {"0", "1"}, (rx, tx)
+        kernel = _by_label(last, "batmand_kernel_path_packets_total", "part")
+        octets = _by_label(last, "batmand_kernel_path_bytes_total", "part")
+        assert set(kernel) == {"forward", "deliver", "send"} and kernel["send"] > 1000, kernel
+        assert octets["send"] >= sent and last[("batmand_kernel_path_dropped_packets_total", ())] == 0
         assert _by_label(last, "batmand_dataplane_worker_restarts_total", "worker") == {"0": 0, "1": 0}
         assert set(_by_label(last, "batmand_dataplane_dropped_packets_total", "place")) == {
             "socket", "tap", "tap_write", "daemon"}

@@ -79,9 +79,9 @@ class Passage:
     """Where the kernel path's frames pass between its stages (kernel_programs): a veth
     pair of the daemon's, `<bat0>-kseg` and `<bat0>-kgro`, up, without IP addresses (the
     host sends next to nothing into it, and the programs drop what it does send).
-    - Delivered frames come into kseg from a hard interface's program, lose our header
-      there and cross to kgro, whose GRO (on as the `gro` setting says) merges a TCP
-      flow's segments, then go into bat0.
+    - Delivered frames come into kseg from a hard interface's program and lose our
+      header there; TCP crosses to kgro, whose GRO (while the `gro` setting is on) merges
+      a flow's segments, then goes into bat0; the rest goes into bat0 from kseg.
     - TCP the host sends, with our header in front, goes out of kseg, which has no TSO:
       the stack cuts GSO frames there, each segment behind a copy of our header, and
       kgro hands each to the hard interface of its route.
@@ -99,6 +99,7 @@ class Passage:
         veth.add_pair(*self.names, str(Mac(own)), PASSAGE_MTU)  # (a veth checks the MTU: frames here are longer)
         try:
             self.ifindex, peer = (socket.if_nametoindex(n) for n in self.names)
+            soft_index = socket.if_nametoindex(soft)
             for name, flag, on in ((self.names[0], "tcp-segmentation-offload", False),
                                    (self.names[1], "generic-receive-offload", gro)):
                 tool = IoctlEthtool(name)
@@ -107,8 +108,8 @@ class Passage:
                 finally:
                     tool.close()
             for program, index, name in (
-                    (kp.strip_program(self.ifindex, own, maps.stats), self.ifindex, "batmand_strip"),
-                    (kp.passage_program(socket.if_nametoindex(soft), own, maps), peer, "batmand_pass")):
+                    (kp.strip_program(self.ifindex, soft_index, own, gro, maps.stats), self.ifindex, "batmand_strip"),
+                    (kp.passage_program(soft_index, own, maps), peer, "batmand_pass")):
                 self.fds.append(ebpf.load_program(program, name))
                 self.fds.append(ebpf.attach_ingress(self.fds[-1], index))
             for name in self.names:

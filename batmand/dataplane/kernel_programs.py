@@ -14,9 +14,10 @@ same tables, and leaves everything else to the daemon unchanged (TC_NEXT):
     from a source BLA claimed when BLA watches sources (marked seen): the inner Ethernet
     header copied over the outer one, into the passage (kernel_forward.Passage).
 - strip_program, on the passage's first end (kseg) ingress: the 24 bytes behind the
-  (inner) Ethernet header go, and the frame crosses to the second end (kgro), whose GRO
-  merges a TCP flow's segments as a NIC would. bpf_skb_adjust_room works on IP packets
-  only, so the stack must have taken the frame for one first: hence two stages.
+  (inner) Ethernet header go, and a TCP segment crosses to the second end (kgro), whose
+  GRO merges a flow's segments as a NIC would; anything else goes straight into bat0.
+  bpf_skb_adjust_room works on IP packets only, so the stack must have taken the frame
+  for one first: hence two stages.
 - send_program, on bat0's egress: a frame the host sends from a client of ours to a
   client of a routed originator, untagged IPv4 / IPv6, that no slow-path rule claims,
   fitting the outgoing interface: our 24 bytes put in front (the stack keeps its own
@@ -312,9 +313,10 @@ def _shot(p: ebpf.Program) -> None:
     p.exit()
 
 
-def strip_program(passage_ifindex: int, own: bytes, stats: ebpf.Map) -> bytes:
+def strip_program(passage_ifindex: int, soft_ifindex: int, own: bytes, gro: bool, stats: ebpf.Map) -> bytes:
     """The ingress program of the passage's first end (see the module's docstring); `own`:
-    the passage's MAC address (both ends have it)."""
+    the passage's MAC address (both ends have it); `gro`: TCP crosses to kgro for GRO
+    (everything else, and TCP without it, goes straight into bat0: one hop less)."""
     p = ebpf.Program()
     p.alu_reg(R6, "=", R1)
     _not_from(p, own)
@@ -324,8 +326,25 @@ def strip_program(passage_ifindex: int, own: bytes, stats: ebpf.Map) -> bytes:
     p.alu(R4, "=", 0)
     p.call(ebpf.HELPER_SKB_ADJUST_ROOM)
     p.jump_if(R0, "!=", 0, "drop")
-    p.alu(R1, "=", passage_ifindex)  # out of it: into its other end's GRO
-    p.alu(R2, "=", 0)
+    if gro:
+        p.load(R7, R6, _SKB_DATA, 4)
+        p.load(R8, R6, _SKB_DATA_END, 4)
+        p.alu_reg(R1, "=", R7)
+        p.alu(R1, "+", _ETH_LEN + 10)
+        p.jump_if_reg(R1, ">", R8, "host")
+        p.load(R1, R7, 12, 2)  # (the first stage took only IPv4 without options and IPv6)
+        p.load(R2, R7, _ETH_LEN + 9, 1)  # IPv4's protocol
+        p.jump_if(R1, "==", _host16(_ETH_P_IP), "protocol")
+        p.load(R2, R7, _ETH_LEN + 6, 1)  # IPv6's next header
+        p.label("protocol")
+        p.jump_if(R2, "!=", _IPPROTO_TCP, "host")
+        p.alu(R1, "=", passage_ifindex)  # out of it: into its other end's GRO
+        p.alu(R2, "=", 0)
+        p.call(ebpf.HELPER_REDIRECT)
+        p.exit()
+        p.label("host")
+    p.alu(R1, "=", soft_ifindex)
+    p.alu(R2, "=", ebpf.REDIRECT_INGRESS)
     p.call(ebpf.HELPER_REDIRECT)
     p.exit()
     _drop(p, stats)

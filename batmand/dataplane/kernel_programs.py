@@ -342,13 +342,7 @@ def strip_program(passage_ifindex: int, soft_ifindex: int, own: bytes, gro: bool
         p.alu(R2, "=", 0)
         p.call(ebpf.HELPER_REDIRECT)
         p.exit()
-        p.label("host")
-    p.alu(R1, "=", soft_ifindex)
-    p.alu(R2, "=", ebpf.REDIRECT_INGRESS)
-    p.call(ebpf.HELPER_REDIRECT)
-    p.exit()
-    _drop(p, stats)
-    _shot(p)
+    _host_and_drops(p, soft_ifindex, stats)
     return p.assemble()
 
 
@@ -375,14 +369,19 @@ def passage_program(soft_ifindex: int, own: bytes, maps: Maps) -> bytes:
     p.alu(R2, "=", 0)
     p.call(ebpf.HELPER_REDIRECT)
     p.exit()
+    _host_and_drops(p, soft_ifindex, maps.stats)
+    return p.assemble()
+
+
+def _host_and_drops(p: ebpf.Program, soft_ifindex: int, stats: ebpf.Map) -> None:
+    """Label "host": the frame into bat0 as the host's; then labels "drop" and "shot"."""
     p.label("host")
     p.alu(R1, "=", soft_ifindex)
     p.alu(R2, "=", ebpf.REDIRECT_INGRESS)
     p.call(ebpf.HELPER_REDIRECT)
     p.exit()
-    _drop(p, maps.stats)
+    _drop(p, stats)
     _shot(p)
-    return p.assemble()
 
 
 def _drop(p: ebpf.Program, stats: ebpf.Map) -> None:

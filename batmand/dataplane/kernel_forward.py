@@ -122,7 +122,10 @@ class Passage:
         for fd in self.fds:
             ebpf.close(fd)
         self.fds = []
-        veth.delete(self.names[0])
+        try:
+            veth.delete(self.names[0])
+        except OSError as exc:  # (the next start removes it)
+            log.warning("could not remove %s: %s", self.names[0], exc)
 
 
 def _install(table: ebpf.Map, installed: set, key: bytes, value: bytes | None, member) -> None:

@@ -246,6 +246,11 @@ def test_daemon_runs_under_the_units_restrictions(installed_unit, tmp_path):
             for ns in (a, b):
                 originators = json.loads(ctl(ns, "o", "--json").stdout)
                 assert len(originators) == 1 and originators[0]["best"]
+                # the kernel path (the default) works under the unit too: programs, maps and
+                # the passage (rtnetlink, ethtool ioctls), and it carried the pings
+                kernel = json.loads(ctl(ns, "dp", "--json").stdout)["kernel_forward"]
+                assert kernel["error"] is None and kernel["deliver"] == "on" and kernel["send"] == "on", kernel
+                assert kernel["rx"] > 0 and kernel["tx"] > 0, kernel
             for ns, workers in ((a, 1), (b, 2)):
                 daemon = procs[ns].pid  # ip netns exec and the sandbox exec in place
                 tree = _tree(daemon)

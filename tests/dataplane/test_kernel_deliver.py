@@ -290,3 +290,17 @@ def test_what_the_host_sends_into_the_passage_goes_nowhere():
             came = [i for i in range(len(frames)) if i in at_soft or i in at_a]  # (not m1's own MLD reports)
             assert not came, f"the host's frames {came} out of {end} came out at bat0 or A"
         assert check(net, table_of(), mark([frame(net)])) == 1
+
+
+def test_a_passage_left_by_a_daemon_killed_hard_is_replaced():
+    """A veth pair outlives a SIGKILL: the next start takes the old one away and delivers."""
+    from batmand.dataplane import veth
+
+    stale = b"\x02\x00\x00\x00\x00\x42"
+    with node() as net:
+        with entered(net["m"]):
+            veth.add_pair("bat0-kseg", "bat0-kgro", str(Mac(stale)), 1500)
+        with deliverer(net):
+            assert link_mac(net["m"], "bat0-kseg") != stale
+            assert check(net, table_of(), mark([frame(net)])) == 1
+        assert "bat0-k" not in ip("-br", "link", netns=net["m"])

@@ -144,8 +144,9 @@ def _install(table: ebpf.Map, installed: set, key: bytes, value: bytes | None, m
         installed.discard(member)
 
 
-def _error(exc: OSError) -> str:
-    return str(exc).splitlines()[0]
+def _error(exc: Exception) -> str:
+    """The first line of the kernel's (or pyroute2's) answer: a verifier's log follows it."""
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
 class KernelForward:
@@ -194,7 +195,7 @@ class KernelForward:
         try:
             self.passage = Passage(soft, self.maps, gro)
         except Exception as exc:  # (OSError, or pyroute2's NetlinkError and EthtoolError)
-            self.deliver_error = str(exc).splitlines()[0] or type(exc).__name__
+            self.deliver_error = _error(exc)
             log.info("delivery in the kernel is not available (%s): the daemon delivers every frame",
                      self.deliver_error)
         try:

@@ -198,9 +198,7 @@ def _forward(p: ebpf.Program, maps: Maps) -> None:
     p.alu(R1, "-", _ETH_LEN)
     p.load(R2, R9, _V_MTU, 4)
     p.jump_if_reg(R1, ">", R2, "next")
-    for off, size in ((0, 4), (4, 2), (6, 2), (8, 4)):  # next hop, then the out interface's MAC
-        p.load(R1, R9, _V_NEXT_HOP + off, size)
-        p.store(R7, off, R1, size)
+    _to_next_hop(p)
     p.load(R1, R7, TTL_OFF, 1)
     p.alu(R1, "-", 1)
     p.store(R7, TTL_OFF, R1, 1)
@@ -307,6 +305,22 @@ def _not_from(p: ebpf.Program, own: bytes) -> None:
     p.label("theirs")
 
 
+def _to_next_hop(p: ebpf.Program) -> None:
+    """The frame's (r7) Ethernet addresses: to the next hop, from the out interface of the
+    route at r9."""
+    for off, size in ((0, 4), (4, 2), (6, 2), (8, 4)):
+        p.load(R1, R9, _V_NEXT_HOP + off, size)
+        p.store(R7, off, R1, size)
+
+
+def _redirect(p: ebpf.Program, ifindex: int, flags: int = 0) -> None:
+    """Out of the interface `ifindex` (REDIRECT_INGRESS: into it); the program ends."""
+    p.alu(R1, "=", ifindex)
+    p.alu(R2, "=", flags)
+    p.call(ebpf.HELPER_REDIRECT)
+    p.exit()
+
+
 def _shot(p: ebpf.Program) -> None:
     p.label("shot")
     p.alu(R0, "=", ebpf.TC_SHOT)
@@ -338,10 +352,7 @@ def strip_program(passage_ifindex: int, soft_ifindex: int, own: bytes, gro: bool
         p.load(R2, R7, _ETH_LEN + 6, 1)  # IPv6's next header
         p.label("protocol")
         p.jump_if(R2, "!=", _IPPROTO_TCP, "host")
-        p.alu(R1, "=", passage_ifindex)  # out of it: into its other end's GRO
-        p.alu(R2, "=", 0)
-        p.call(ebpf.HELPER_REDIRECT)
-        p.exit()
+        _redirect(p, passage_ifindex)  # out of it: into its other end's GRO
     _host_and_drops(p, soft_ifindex, stats)
     return p.assemble()
 
@@ -361,9 +372,7 @@ def passage_program(soft_ifindex: int, own: bytes, maps: Maps) -> bytes:
     _lookup(p, maps.routes)
     p.jump_if(R0, "==", 0, "drop")
     p.alu_reg(R9, "=", R0)
-    for off, size in ((0, 4), (4, 2), (6, 2), (8, 4)):
-        p.load(R1, R9, _V_NEXT_HOP + off, size)
-        p.store(R7, off, R1, size)
+    _to_next_hop(p)
     _count(p, maps.stats, S_SEND, -UNICAST_PREFIX_LEN)
     p.load(R1, R9, _V_IFINDEX, 4)
     p.alu(R2, "=", 0)
@@ -374,28 +383,18 @@ def passage_program(soft_ifindex: int, own: bytes, maps: Maps) -> bytes:
 
 
 def _host_and_drops(p: ebpf.Program, soft_ifindex: int, stats: ebpf.Map) -> None:
-    """Label "host": the frame into bat0 as the host's; then labels "drop" and "shot"."""
+    """Label "host": the frame into bat0 as the host's; label "drop": dropped and counted
+    (r6: the skb); label "shot": dropped."""
     p.label("host")
-    p.alu(R1, "=", soft_ifindex)
-    p.alu(R2, "=", ebpf.REDIRECT_INGRESS)
-    p.call(ebpf.HELPER_REDIRECT)
-    p.exit()
-    _drop(p, stats)
-    _shot(p)
-
-
-def _drop(p: ebpf.Program, stats: ebpf.Map) -> None:
-    """Label "drop": the passage drops the frame, counting it (r6: the skb)."""
-    p.label("drop")
+    _redirect(p, soft_ifindex, ebpf.REDIRECT_INGRESS)
+    p.label("drop")  # the passage drops the frame, counting it
     p.store_imm(R10, -8, 0, 4)
     _lookup(p, stats)
-    p.jump_if(R0, "==", 0, "dropped")
+    p.jump_if(R0, "==", 0, "shot")
     p.load(R1, R0, S_DROPPED, 8)
     p.alu(R1, "+", 1)
     p.store(R0, S_DROPPED, R1, 8)
-    p.label("dropped")
-    p.alu(R0, "=", ebpf.TC_SHOT)
-    p.exit()
+    _shot(p)  # (then dropped uncounted: the host's own frames)
 
 
 def send_program(maps: Maps, passage_ifindex: int | None) -> bytes:
@@ -481,9 +480,7 @@ def send_program(maps: Maps, passage_ifindex: int | None) -> bytes:
     p.alu_reg(R1, "=", R7)
     p.alu(R1, "+", UNICAST_PREFIX_LEN)
     p.jump_if_reg(R1, ">", R8, "shot")  # (cannot be: the room was just made)
-    for off, size in ((0, 4), (4, 2), (6, 2), (8, 4)):  # to the next hop, from the out interface
-        p.load(R1, R9, _V_NEXT_HOP + off, size)
-        p.store(R7, off, R1, size)
+    _to_next_hop(p)
     p.alu(R1, "=", _host16(ETH_P_BATMAN))
     p.store(R7, 12, R1, 2)
     p.alu(R1, "=", _host16(PacketType.UNICAST << 8 | COMPAT_VERSION))
@@ -505,13 +502,8 @@ def send_program(maps: Maps, passage_ifindex: int | None) -> bytes:
     p.exit()
     if passage_ifindex is not None:
         p.label("passage")  # (counted there, per segment)
-        p.alu(R1, "=", passage_ifindex)
-        p.alu(R2, "=", 0)
-        p.call(ebpf.HELPER_REDIRECT)
-        p.exit()
-    p.label("shot")
-    p.alu(R0, "=", ebpf.TC_SHOT)
-    p.exit()
+        _redirect(p, passage_ifindex)
+    _shot(p)
     _next(p)
     return p.assemble()
 

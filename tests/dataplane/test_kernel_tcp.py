@@ -122,7 +122,7 @@ def test_tcp_crosses_the_kernel_path_cut_to_segments_and_merged(gro):
         assert bool(merged) == gro, f"{len(merged)} frames bigger than the MTU reached bat0"
         # nothing reached either daemon, so every data frame went through the kernel
         for node in ("p", "q"):
-            assert not leaked_tcp(taps[node]), f"{node}'s TAP got TCP frames"
+            assert not to_daemon(taps[node], 6), f"{node}'s TAP got TCP frames"
         assert paths["p"].counters()["tx"] >= SIZE // 1500
         assert paths["q"].counters()["rx"] >= SIZE // 1500
         assert paths["p"].status()["dropped"] == paths["q"].status()["dropped"] == 0
@@ -138,15 +138,16 @@ def drain(sock: socket.socket) -> list[bytes]:
             return frames
 
 
-def leaked_tcp(tap) -> int:
-    """TCP frames the host wrote into the TAP (the daemon's way)."""
-    count = 0
+def to_daemon(tap, protocol: int) -> list[bytes]:
+    """The IPv4 frames of `protocol` the host wrote into the TAP (the daemon's way)."""
+    frames = []
     while True:
         try:
             frame = os.read(tap.fileno(), 1 << 17)
         except BlockingIOError:
-            return count
-        count += frame[12:14] == b"\x08\x00" and frame[14 + 9] == 6
+            return frames
+        if frame[12:14] == b"\x08\x00" and frame[14 + 9] == protocol:
+            frames.append(frame)
 
 
 UDP_SEGMENT = 103  # (linux/udp.h): the stack hands bat0 one GSO frame for several datagrams
@@ -174,13 +175,6 @@ def test_udp_gso_stays_with_the_daemon():
             sender.close()
             receiver.close()
         time.sleep(0.2)
-        udp = []
-        while True:
-            try:
-                frame = os.read(taps["p"].fileno(), 1 << 17)
-            except BlockingIOError:
-                break
-            if frame[12:14] == b"\x08\x00" and frame[14 + 9] == 17:
-                udp.append(len(frame) - 14 - 28)
+        udp = [len(frame) - 14 - 28 for frame in to_daemon(taps["p"], 17)]
         assert udp == [500, 500], f"P's daemon got UDP payloads {udp}"
         assert paths["p"].counters()["tx"] == 1

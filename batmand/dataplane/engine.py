@@ -456,6 +456,9 @@ class Engine:
             self.coalescer = offload.Coalescer(udp=self.coalescer.udp)  # it may hold views of the slots
         finally:
             port.rx.release()
+        if port.rx.crowded and port.rx.drained and port.rx.grow():
+            self._count("rx_ring_grown")
+            log.info("%s: receive ring grown to %d slots after a burst", port.name, port.rx.frame_nr)
         self._flush(touched)
 
     def _on_port(self, port: Port, touched: set) -> bool:

@@ -39,8 +39,11 @@ log = logging.getLogger("batmand")
 # Receive-ring slots per worker and hard interface: one TCP flow's burst (bench/memory.py
 # --iperf: 1024 slots dropped frames at 1 Gbit/s, 2048 none there but some at 1.6 Gbit/s,
 # 4096 none; bench/memory-profile.md). The bytes follow the MTU: 5.2 MB at MTU 1560 (the
-# 4096 power-of-two slots of before took 8 MB).
+# 4096 power-of-two slots of before took 8 MB). A ring starts with a third of that (an
+# idle mesh sends the daemon OGMs and broadcasts, and with the kernel path little else)
+# and grows to it after the first burst that fills half of it (RxRing.grow).
 RX_FRAMES = 3072
+RX_FRAMES_AT_FIRST = 1024
 RESTART_BACKOFF = 1.0  # seconds between restarts of a worker that keeps dying
 SILENCE_LIMIT = 5.0  # a worker that has not reported for this long is stuck: killed and restarted
 
@@ -71,7 +74,8 @@ def worker_command(channel_fd: int) -> list[str]:
 
 
 def _ring_settings(mtu: int, version: int) -> dict:
-    return {"mtu": max(mtu, 1560), "frames": RX_FRAMES, "version": version, "vnet_hdr": True}
+    return {"mtu": max(mtu, 1560), "frames": RX_FRAMES_AT_FIRST, "max_frames": RX_FRAMES, "version": version,
+            "vnet_hdr": True}
 
 
 class InlineDataPlane:

@@ -115,51 +115,106 @@ class RxRing:
     """A receive ring on a packet socket bound to one interface, optionally a member of
     a PACKET_FANOUT_HASH group, with a classic BPF filter."""
 
-    def __init__(self, ifname: str, *, mtu: int = 1560, frames: int = 1024, version: int = TPACKET_V2,
-                 vnet_hdr: bool = False, program: bytes | None = None, fanout_group: int | None = None,
-                 block_timeout_ms: int = 1, sock: socket.socket | None = None, mapped: bool = True) -> None:
-        """`mapped=False`: the ring is set up but not mapped here (the control process opens
-        the workers' rings, and only the worker that reads one maps it)."""
+    def __init__(self, ifname: str, *, mtu: int = 1560, frames: int = 1024, max_frames: int = 0,
+                 version: int = TPACKET_V2, vnet_hdr: bool = False, program: bytes | None = None,
+                 fanout_group: int | None = None, block_timeout_ms: int = 1,
+                 sock: socket.socket | None = None, mapped: bool = True) -> None:
+        """`frames` slots at first, up to `max_frames` after a burst (grow()); `mapped=False`:
+        the ring is set up but not mapped here (the control process opens the workers'
+        rings, and only the worker that reads one maps it)."""
         self.version = version
         self.vnet_hdr = vnet_hdr
         self.frame_size = frame_size_for(mtu)
+        self.block_timeout_ms = block_timeout_ms
         self._size(frames)  # an inherited socket (sock) has its ring: the same sizes map it again
+        self.max_frames = max(max_frames, self.frame_nr)
         if sock is not None:
             self.sock = sock
         else:
             self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
             try:
-                self._setup(ifname, program, fanout_group, block_timeout_ms)
+                self._setup(ifname, program, fanout_group)
             except OSError:
                 self.sock.close()
                 raise
         self.map = self.view = None
         if mapped:
-            self.map = mmap.mmap(self.sock.fileno(), self.ring_bytes, mmap.MAP_SHARED,
-                                 mmap.PROT_READ | mmap.PROT_WRITE)
-            self.view = memoryview(self.map)
+            self._map(inherited=sock is not None)
         self.index = 0
         self._taken: list[int] = []  # status words of slots (V2) or blocks (V3) handed to us
         self.truncated = 0  # frames longer than a slot, dropped (the engine collects the count)
+        self.crowded = False  # a burst filled half the ring: grow() once it is read empty
+        self.drained = False  # the last frames() took every waiting frame
 
-    def _setup(self, ifname, program, fanout_group, block_timeout_ms) -> None:
+    def _map(self, inherited: bool) -> None:
+        try:
+            self.map = mmap.mmap(self.sock.fileno(), self.ring_bytes, mmap.MAP_SHARED,
+                                 mmap.PROT_READ | mmap.PROT_WRITE)
+        except OSError as exc:
+            # an inherited ring that an earlier reader (a worker since restarted) has grown
+            if not inherited or exc.errno != errno.EINVAL or self.frame_nr >= self.max_frames:
+                raise
+            self._size(self.max_frames)
+            self.map = mmap.mmap(self.sock.fileno(), self.ring_bytes, mmap.MAP_SHARED,
+                                 mmap.PROT_READ | mmap.PROT_WRITE)
+        self.view = memoryview(self.map)
+
+    def _setup(self, ifname, program, fanout_group) -> None:
         s = self.sock
         s.setsockopt(SOL_PACKET, PACKET_VERSION, self.version)
         if self.vnet_hdr:
             s.setsockopt(SOL_PACKET, PACKET_VNET_HDR, 1)
         if program is not None:
             bpf.attach(s, program)
-        if self.version == TPACKET_V2:
-            req = struct.pack("IIII", self.block_size, self.block_nr, self.frame_size, self.frame_nr)
-        else:
-            req = struct.pack("IIIIIII", self.block_size, self.block_nr, self.frame_size, self.frame_nr,
-                              block_timeout_ms, 0, 0)
-        s.setsockopt(SOL_PACKET, PACKET_RX_RING, req)
+        s.setsockopt(SOL_PACKET, PACKET_RX_RING, self._request())
         s.bind((ifname, ETH_P_BATMAN))
         s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
         if fanout_group is not None:
             s.setsockopt(SOL_PACKET, PACKET_FANOUT, fanout_group | PACKET_FANOUT_HASH << 16)
         s.setblocking(False)
+
+    def _request(self, empty: bool = False) -> bytes:
+        """PACKET_RX_RING's argument for the current sizes (`empty`: no ring)."""
+        sizes = (0, 0, 0, 0) if empty else (self.block_size, self.block_nr, self.frame_size, self.frame_nr)
+        if self.version == TPACKET_V2:
+            return struct.pack("IIII", *sizes)
+        return struct.pack("IIIIIII", *sizes, 0 if empty else self.block_timeout_ms, 0, 0)
+
+    def grow(self) -> bool:
+        """Re-make the ring with max_frames slots. It starts smaller, so that an idle
+        daemon holds a third of the memory; the first burst that fills half of it (the
+        crowded flag) makes it as large as one TCP flow's burst needs, once it has been
+        read empty. The kernel swaps rings only unmapped and from none to one, so frames
+        arriving meanwhile miss the ring, as they would a full one: the few that land in
+        the socket's plain queue are read and dropped (left there, they would keep the
+        socket readable). False: not now (a slice of the ring is still referenced)."""
+        if self.map is None or self.frame_nr >= self.max_frames:
+            return False
+        try:
+            self.view.release()
+            self.map.close()
+        except BufferError:
+            if not self.map.closed:
+                self.view = memoryview(self.map)
+            return False
+        self.sock.setsockopt(SOL_PACKET, PACKET_RX_RING, self._request(empty=True))
+        small, grown = self.frame_nr, True
+        self._size(self.max_frames)
+        try:
+            self.sock.setsockopt(SOL_PACKET, PACKET_RX_RING, self._request())
+        except OSError:  # no memory for it: the small ring again, for good
+            self._size(small)
+            self.max_frames, grown = small, False
+            self.sock.setsockopt(SOL_PACKET, PACKET_RX_RING, self._request())
+        self._map(inherited=False)
+        while True:
+            try:
+                self.sock.recv(1, socket.MSG_DONTWAIT | socket.MSG_TRUNC)
+            except OSError:  # empty (EAGAIN), or the interface went down meanwhile
+                break
+        self.index = 0
+        self.crowded = False
+        return grown
 
     def _size(self, frames: int) -> None:
         if self.version == TPACKET_V2:
@@ -217,7 +272,14 @@ class RxRing:
                 out.append((base + mac, length, status))
             taken.append(base)
             i = i + 1 if i + 1 < n else 0
+        else:  # the budget ran out with frames waiting: is half the ring waiting?
+            self.index = i
+            self.drained = False
+            if n < self.max_frames and _U32.unpack_from(view, slots[(i + n // 2) % n])[0] & TP_STATUS_USER:
+                self.crowded = True
+            return out
         self.index = i
+        self.drained = True
         return out
 
     def release(self) -> None:
@@ -240,10 +302,12 @@ class RxRing:
         if not _U32.unpack_from(view, self.index * bsize + 8)[0] & TP_STATUS_USER:
             self._resync_v3()
         out = []
+        self.drained = False
         while len(out) < budget:
             base = self.index * bsize
             block_status, num, first = BLOCK_HDR.unpack_from(view, base + 8)
             if not block_status & TP_STATUS_USER:
+                self.drained = True
                 break
             off = base + first
             for _ in range(num):
@@ -255,6 +319,9 @@ class RxRing:
                 off += next_off
             self._taken.append(base + 8)
             self.index = (self.index + 1) % self.block_nr
+        if not self.drained and self.frame_nr < self.max_frames:
+            half = (self.index + (self.block_nr - 1) // 2) % self.block_nr  # (the blocks taken are behind index)
+            self.crowded = self.crowded or bool(_U32.unpack_from(view, half * bsize + 8)[0] & TP_STATUS_USER)
         return out
 
     def close(self) -> None:

@@ -205,13 +205,13 @@ def test_rings_that_cannot_be_opened_after_an_mtu_change_are_retried(tmp_path):
                 _daemons(tmp_path, {"A": a, "B": b}, {"A": args, "B": args}, env=env) as (procs, logs):
             pid = procs["A"].pid
             vm_kib = int(next(line.split()[1] for line in open(f"/proc/{pid}/status") if line.startswith("VmSize")))
-            # Room for a few MB more, not for the rings of a 4000-byte MTU: the old rings are
+            # Room for a few MB more, not for the rings of a 9000-byte MTU: the old rings are
             # closed first, so the new ones need more than the room plus what the old ones held.
             room = 4096 * 1024
-            assert _rings_bytes(4000) > room + _rings_bytes(1560), "the new rings would fit: nothing is provoked"
+            assert _rings_bytes(9000) > room + _rings_bytes(1560), "the new rings would fit: nothing is provoked"
             subprocess.run(["prlimit", f"--pid={pid}", f"--as={vm_kib * 1024 + room}:unlimited"], check=True)
             for n in (a, b):
-                ip("link", "set", "eth0", "mtu", "4000", netns=n)
+                ip("link", "set", "eth0", "mtu", "9000", netns=n)
             time.sleep(1.5)  # the change is seen and the rings fail to open
             _drain(notify)
             time.sleep(2.5)
@@ -225,8 +225,9 @@ def test_rings_that_cannot_be_opened_after_an_mtu_change_are_retried(tmp_path):
 
 
 def _rings_bytes(mtu: int) -> int:
-    """What the inline data plane maps for one hard interface: its receive and transmit rings."""
-    return rings.ring_bytes_for(mtu, pool.RX_FRAMES) + rings.ring_bytes_for(mtu, rings.TX_FRAMES)
+    """What the inline data plane maps for one hard interface: its receive ring (as it
+    starts) and its transmit ring."""
+    return rings.ring_bytes_for(mtu, pool.RX_FRAMES_AT_FIRST) + rings.ring_bytes_for(mtu, rings.TX_FRAMES)
 
 
 def _drain(sock) -> str:

@@ -39,8 +39,8 @@ def veth_pair():
         subprocess.run(f"ip netns del {p}a; ip netns del {p}b", shell=True)
 
 
-def _udp_frame(flow: int, seq: int) -> bytes:
-    payload = struct.pack("!HI", flow, seq) + bytes(50)
+def _udp_frame(flow: int, seq: int, pad: int = 50) -> bytes:
+    payload = struct.pack("!HI", flow, seq) + bytes(pad)
     udp = struct.pack("!HHHH", 1000 + flow, 2000, 8 + len(payload), 0) + payload
     ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0x4000, 64, 17, 0,
                      bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2]))
@@ -152,3 +152,96 @@ def test_a_frame_bigger_than_a_slot_is_counted_not_cut(veth_pair):
         assert ring.truncated == 1
     finally:
         ring.close()
+
+
+def _read_all(ring, budget: int) -> list[int]:
+    """Every waiting frame, `budget` at a time, as their (flow, seq) numbers."""
+    seqs = []
+    while True:
+        got = ring.frames(budget)
+        for off, length, _status in got:
+            flow, seq = struct.unpack_from("!HI", ring.view, off + 24 + 14 + 28)
+            seqs.append((flow, seq))
+        ring.release()
+        if ring.drained:
+            return seqs
+
+
+@pytest.mark.parametrize("version", [rings.TPACKET_V2, rings.TPACKET_V3], ids=["v2", "v3"])
+def test_a_burst_that_fills_half_the_ring_grows_it(veth_pair, version):
+    """A ring starts small (the daemon's: a third of its burst size). A burst that fills
+    more than half of it marks it crowded; read empty, it is re-made with max_frames slots
+    and mapped again, and a burst bigger than the first ring then arrives whole and in
+    order, with no drop, and nothing is left in the socket's plain queue."""
+    ns_a, ns_b = veth_pair
+    with entered(ns_b):
+        # (V3: a block timer long enough that the test's sender fills every block it starts)
+        ring = rings.RxRing("vb", version=version, frames=64, max_frames=600, program=bpf.UNICAST_ONLY,
+                            vnet_hdr=True, block_timeout_ms=100)
+    ogm_like = DST_MAC + bytes(6) + b"\x43\x05" + b"\x00\x0f" + bytes(30)
+    try:
+        small = ring.frame_nr
+        # a trickle never crowds it
+        _send_from(ns_a, [_udp_frame(0, seq) for seq in range(8)], ogm_like)
+        time.sleep(0.3)  # (V3: the block timer hands the frames over)
+        assert _read_all(ring, 16) == [(0, seq) for seq in range(8)]
+        assert not ring.crowded and ring.frame_nr == small
+        # a burst of more than half the ring does (full-size frames: a V3 ring's slots are
+        # nominal, its blocks hold what fits)
+        burst = small - 8 if version == rings.TPACKET_V2 else small * 2 // 3
+        _send_from(ns_a, [_udp_frame(1, seq, pad=1400) for seq in range(burst)], ogm_like)
+        time.sleep(0.3)
+        assert _read_all(ring, 16) == [(1, seq) for seq in range(burst)]
+        assert ring.crowded, "a burst that filled the ring did not mark it crowded"
+        rings.statistics(ring.sock)  # (clears the counters)
+        assert ring.grow()
+        assert ring.frame_nr >= 600 and ring.ring_bytes > rings.ring_bytes_for(1560, small) and not ring.crowded
+        big = 2 * small + 16
+        _send_from(ns_a, [_udp_frame(2, seq, pad=1400) for seq in range(big)], ogm_like)
+        time.sleep(0.3)
+        assert _read_all(ring, 64) == [(2, seq) for seq in range(big)], "frames after the growth were lost"
+        assert rings.statistics(ring.sock) == (big, 0)
+        assert not ring.crowded and not ring.grow(), "a grown ring grows no further"
+        ring.sock.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            ring.sock.recv(2000)  # nothing went to the plain queue
+    finally:
+        ring.close()
+
+
+def test_a_ring_with_a_slice_held_is_grown_later(veth_pair):
+    """grow() needs the mapping closed: while a slice of it is referenced, it changes nothing
+    and the ring reads on; once the slice is gone it grows."""
+    ns_a, ns_b = veth_pair
+    with entered(ns_b):
+        ring = rings.RxRing("vb", frames=64, max_frames=300, program=bpf.UNICAST_ONLY, vnet_hdr=True)
+    try:
+        small = ring.frame_nr
+        held = ring.view[0:16]
+        assert not ring.grow() and ring.frame_nr == small
+        _send_from(ns_a, [_udp_frame(0, seq) for seq in range(4)], DST_MAC + bytes(6) + b"\x43\x05" + bytes(32))
+        time.sleep(0.2)
+        assert _read_all(ring, 16) == [(0, seq) for seq in range(4)]
+        held.release()
+        assert ring.grow() and ring.frame_nr >= 300
+    finally:
+        ring.close()
+
+
+def test_an_inherited_ring_that_grew_is_mapped_at_its_size(veth_pair):
+    """A worker restarted after its ring grew maps the socket it inherits with the sizes
+    the daemon first gave: the kernel refuses those, and the grown sizes are used."""
+    ns_a, ns_b = veth_pair
+    with entered(ns_b):
+        ring = rings.RxRing("vb", frames=64, max_frames=300, program=bpf.UNICAST_ONLY, vnet_hdr=True)
+    try:
+        assert ring.grow()
+        ring.view.release()
+        ring.map.close()
+        again = rings.RxRing("vb", frames=64, max_frames=300, vnet_hdr=True, sock=ring.sock)
+        assert again.frame_nr == ring.frame_nr
+        _send_from(ns_a, [_udp_frame(3, seq) for seq in range(200)], DST_MAC + bytes(6) + b"\x43\x05" + bytes(32))
+        time.sleep(0.2)
+        assert _read_all(again, 64) == [(3, seq) for seq in range(200)]
+    finally:
+        ring.sock.close()

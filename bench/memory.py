@@ -85,11 +85,11 @@ def iperf(lab, seconds: int) -> dict:
             "retransmits": end["sum_sent"].get("retransmits", 0), "ring_drops": drops}
 
 
-def idle(workers: int, settle: float, iperf_seconds: int) -> dict:
+def idle(workers: int, settle: float, iperf_seconds: int, settings: dict) -> dict:
     from batmand.lab import Lab, from_dict
 
     topo = from_dict({"lab": {"name": "memory", "mtu": 1560},
-                      "batmand": {"orig_interval_ms": 200, "workers": workers},
+                      "batmand": {"orig_interval_ms": 200, "workers": workers, **settings},
                       "node": [{"name": "a"}, {"name": "b"}], "link": [{"a": "a", "b": "b"}]})
     # -P: not the current directory's batmand ahead of PYTHONPATH's (--trees runs each tree's)
     daemon = [sys.executable, "-P", "-c", "import sys; from batmand.daemon_main import main; sys.exit(main())"]
@@ -108,7 +108,9 @@ def idle(workers: int, settle: float, iperf_seconds: int) -> dict:
                   "total_pss_kib": sum(p["pss_kib"] for p in per.values())}
         if iperf_seconds:
             result["iperf3"] = iperf(lab, iperf_seconds)
-            result["total_rss_kib_after_iperf3"] = sum(process_memory(p)["rss_kib"] for p in procs.values())
+            after = [process_memory(p) for p in procs.values()]
+            result["total_rss_kib_after_iperf3"] = sum(p["rss_kib"] for p in after)
+            result["rings_kib_after_iperf3"] = sum(p["rings_kib"] for p in after)  # (the rings grow with a burst)
         return result
 
 
@@ -184,8 +186,17 @@ def measure(args) -> dict:
     if not args.skip_core:
         result["core"] = per_entry(args.small, args.large, args.clients)
     if not args.skip_idle:
-        result["idle"] = {f"workers={w}": idle(w, args.settle, args.iperf) for w in args.workers}
+        settings = {key: _setting(value) for key, _, value in (kv.partition("=") for kv in args.set)}
+        result["idle"] = {f"workers={w}": idle(w, args.settle, args.iperf, settings) for w in args.workers}
     return result
+
+
+def _setting(text: str):
+    """A --set value as the lab's topology takes it: true/false and numbers as such."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def flatten(d: dict, prefix: str = "") -> dict:
@@ -229,6 +240,8 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=3.0, help="seconds after the first ping")
     parser.add_argument("--iperf", type=int, default=0, metavar="SECONDS",
                         help="then iperf3 TCP a -> b for this long: throughput and ring drops")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a batmand setting for the idle daemons (e.g. kernel_forward=false: iperf3 through the rings)")
     parser.add_argument("--skip-core", action="store_true", help="only the idle daemons")
     parser.add_argument("--skip-idle", action="store_true", help="only the core's per-entry costs")
     parser.add_argument("--small", type=int, default=200, help="originators of the smaller core")

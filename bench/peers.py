@@ -82,6 +82,12 @@ def specs(n_workers: int) -> dict[str, Spec]:
                     about=f"batmand --workers {n_workers}, --set rx_ring=v3 (TPACKET_V3 block rings)"))
     out += [
         Spec("line3-kernel", "line3", "kernel", "line_kernel", about="A - M - B plain veths, M routes (ip_forward)"),
+        # A veth passes TSO frames on whole, so M above forwards 64 KB frames; a batman-adv
+        # link (the kernel module's or ours) carries MTU segments, which these two make A cut
+        Spec("veth-direct-segmented", "pair", "kernel", "direct_segmented",
+             about="veth-direct, A's veth without TSO: the stack cuts MTU segments"),
+        Spec("line3-kernel-segmented", "line3", "kernel", "line_kernel_segmented",
+             about="line3-kernel, A's veth without TSO: M forwards MTU segments"),
         Spec("line3-batmand-w0", "line3", "batmand", "batmand", workers=0, about="A - M - B, batmand --workers 0"),
         Spec("line3-batmand-wN", "line3", "batmand", "batmand", workers=n_workers, flows_test=True,
              about=f"A - M - B, batmand --workers {n_workers}"),
@@ -189,6 +195,20 @@ def build_line_kernel(ctx: Ctx, spec: Spec) -> Net:
     h.run(["ip", "-n", b, "route", "add", "198.18.0.0/24", "via", LINE_KERNEL["MB"]])
     h.run(h.in_ns(m, ["sysctl", "-qw", "net.ipv4.ip_forward=1"]))
     return Net(spec, ns, LINE_KERNEL["B"], "v0", veths, underlay_mtu=1500)
+
+
+def _segmented(net: Net) -> Net:
+    """A's veth without TSO: GSO frames are cut into MTU segments before they cross it."""
+    h.run(h.in_ns(net.ns["A"], ["ethtool", "-K", "v0", "tso", "off"]))
+    return net
+
+
+def build_direct_segmented(ctx: Ctx, spec: Spec) -> Net:
+    return _segmented(build_direct(ctx, spec))
+
+
+def build_line_kernel_segmented(ctx: Ctx, spec: Spec) -> Net:
+    return _segmented(build_line_kernel(ctx, spec))
 
 
 # ------------------------------------------------------------------ tinc 1.0
@@ -426,6 +446,7 @@ def dataplane_stats(socks: dict[str, str]) -> tuple[dict[str, dict | None], str 
 
 
 BUILDERS = {"direct": build_direct, "vxlan": build_vxlan, "line_kernel": build_line_kernel,
+            "direct_segmented": build_direct_segmented, "line_kernel_segmented": build_line_kernel_segmented,
             "tinc": build_tinc, "fastd": build_fastd, "naive": build_naive, "batmand": build_batmand}
 VERIFIERS = {"tinc": tinc_verify, "fastd": fastd_verify, "batmand": batmand_verify}
 

@@ -167,6 +167,11 @@ def ratios(summary: dict, configs: list[str], n_workers: int) -> list[dict]:
             add("kernel path on / off", f"{on}: {what}, kernel_forward on / off", on, off, key, hint)
     for c in ("line3-batmand-w0", "line3-batmand-wN"):
         add("line A-M-B", f"{c} TCP1 Gbit/s / line3-kernel", c, "line3-kernel", "tcp1.gbps", "higher is better")
+    # what the middle node costs: the line against the same thing on two nodes
+    for line, two in (("line3-batmand-w0", "batmand-w0"), ("line3-batmand-wN", "batmand-wN"),
+                      ("line3-kernel", "veth-direct"), ("line3-kernel-segmented", "veth-direct-segmented")):
+        add("line A-M-B / two nodes", f"TCP1 Gbit/s, {line} / {two}", line, two, "tcp1.gbps",
+            "1 = the middle node costs nothing")
     for c in configs:
         s = summary.get(c, {}).get("metrics", {})
         for test, flows, k in (("tcp8", 8, "rx"), ("flows", 32, "rx"), ("flows", 32, "tx")):

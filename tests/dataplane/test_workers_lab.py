@@ -396,6 +396,58 @@ def test_large_file_intact_with_offloads(scripts, tmp_path, kernel_path):
                                       f"(expected about {rx['rx'] - rx['gro_written']} merged)")
 
 
+def ring_kib(pid: int) -> int:
+    """RSS of a process's packet-socket mappings (its rings) in KiB."""
+    total, in_socket = 0, False
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            first = line.split(maxsplit=1)[0]
+            if "-" in first and ":" not in first:  # a mapping's header line
+                in_socket = "socket:" in line
+            elif in_socket and first == "Rss:":
+                total += int(line.split()[1])
+    return total
+
+
+def test_a_grown_ring_outlives_its_worker(scripts, tmp_path):
+    """workers=2, every frame through the workers (kernel_forward off): 64 MB from n1 to
+    its neighbour n2 grow the receive ring of the n2 worker that carries the flow (rings
+    start at 1024 slots). Both of n2's workers are then killed: each restarted worker maps
+    the ring it inherits at the size it has now (with the size the daemon first gave, the
+    kernel refuses the mapping and the worker would die again and again). Every worker
+    restarts once, its rings as big as its predecessor's, and a fresh 16 MB arrive intact."""
+    path, digest = random_file(tmp_path, 64)
+    with make_lab("line3", orig_interval_ms=INTERVAL_MS, workers=2, kernel_forward=False) as lab:
+        lab.start()
+        mesh_ready(lab, "n1", "n2")
+        sent, got = tcp_transfer(lab, scripts, "n1", "n2", path, 9520)
+        time.sleep(1.2)  # workers report their counters twice a second
+        grown = counters(dp(lab, "n2")).get("rx_ring_grown", 0)
+        old = [w["pid"] for w in dp(lab, "n2")["workers"]]
+        rings_before = [ring_kib(pid) for pid in old]
+        for pid in old:
+            os.kill(pid, signal.SIGKILL)
+
+        def restarted():
+            workers = dp(lab, "n2")["workers"]
+            return workers if all(w["restarts"] >= 1 and w["pid"] not in (None, *old) for w in workers) else None
+        workers, _ = wait_for(restarted, timeout=10, step=0.05)
+        time.sleep(1.0)  # a worker that cannot map its ring is gone again by now
+        rings_after = [ring_kib(w["pid"]) for w in workers]
+        small = [w["pid"] for w in workers]
+        fresh_path, fresh_digest = random_file(tmp_path, STREAM_MB)
+        fresh_sent, fresh_got = tcp_transfer(lab, scripts, "n1", "n2", fresh_path, 9521)
+        final = dp(lab, "n2")["workers"]
+    print(f"n2: rx_ring_grown {grown}; ring KiB per worker {rings_before} -> {rings_after}; "
+          f"restarts {[w['restarts'] for w in final]}")
+    assert got["bytes"] == sent["bytes"] == 64 << 20 and got["sha256"] == digest
+    assert grown >= 1, "64 MB through a worker did not grow its ring"
+    assert max(rings_before) > min(rings_before) or grown == 2, rings_before  # (grown: bigger than the other)
+    assert rings_after == rings_before, "a restarted worker's rings differ from its predecessor's"
+    assert [w["restarts"] for w in final] == [1, 1] and [w["pid"] for w in final] == small, final
+    assert fresh_got["bytes"] == fresh_sent["bytes"] == STREAM_MB << 20 and fresh_got["sha256"] == fresh_digest
+
+
 # --------------------------------------------------------------------------- 3. worker restart
 
 PING_INTERVAL = 0.05

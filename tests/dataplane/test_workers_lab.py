@@ -431,8 +431,10 @@ def test_a_grown_ring_outlives_its_worker(scripts, tmp_path):
         def restarted():
             workers = dp(lab, "n2")["workers"]
             return workers if all(w["restarts"] >= 1 and w["pid"] not in (None, *old) for w in workers) else None
-        workers, _ = wait_for(restarted, timeout=10, step=0.05)
+        wait_for(restarted, timeout=10, step=0.05)
         time.sleep(1.0)  # a worker that cannot map its ring is gone again by now
+        workers = dp(lab, "n2")["workers"]
+        assert [w["restarts"] for w in workers] == [1, 1], f"a restarted worker died again: {workers}"
         rings_after = [ring_kib(w["pid"]) for w in workers]
         small = [w["pid"] for w in workers]
         fresh_path, fresh_digest = random_file(tmp_path, STREAM_MB)

@@ -197,16 +197,18 @@ class RxRing:
             if not self.map.closed:
                 self.view = memoryview(self.map)
             return False
-        self.sock.setsockopt(SOL_PACKET, PACKET_RX_RING, self._request(empty=True))
-        small, grown = self.frame_nr, True
-        self._size(self.max_frames)
-        try:
-            self.sock.setsockopt(SOL_PACKET, PACKET_RX_RING, self._request())
-        except OSError:  # no memory for it: the small ring again, for good
-            self._size(small)
-            self.max_frames, grown = small, False
-            self.sock.setsockopt(SOL_PACKET, PACKET_RX_RING, self._request())
-        self._map(inherited=False)
+        small = self.frame_nr
+        for frames in (self.max_frames, small):
+            self.sock.setsockopt(SOL_PACKET, PACKET_RX_RING, self._request(empty=True))
+            self._size(frames)
+            try:
+                self.sock.setsockopt(SOL_PACKET, PACKET_RX_RING, self._request())
+                self._map(inherited=False)
+                break
+            except OSError:  # no memory or address space for it: the small ring again, for good
+                if frames == small:
+                    raise
+                self.max_frames = small
         while True:
             try:
                 self.sock.recv(1, socket.MSG_DONTWAIT | socket.MSG_TRUNC)
@@ -214,7 +216,7 @@ class RxRing:
                 break
         self.index = 0
         self.crowded = False
-        return grown
+        return self.frame_nr > small
 
     def _size(self, frames: int) -> None:
         if self.version == TPACKET_V2:

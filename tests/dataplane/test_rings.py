@@ -3,6 +3,7 @@ frames of many inner flows reach the fanout members, each flow on one member and
 order; everything else reaches the control socket; a TX ring sends a burst in one call."""
 
 import os
+import resource
 import socket
 import struct
 import subprocess
@@ -245,3 +246,33 @@ def test_an_inherited_ring_that_grew_is_mapped_at_its_size(veth_pair):
         assert _read_all(again, 64) == [(3, seq) for seq in range(200)]
     finally:
         ring.sock.close()
+
+
+def test_a_ring_without_room_to_grow_keeps_its_size(veth_pair):
+    """No address space for the bigger ring (RLIMIT_AS, in a child process that maps the
+    ring as a worker does): grow() makes the small ring again, answers False and gives up
+    growing for good, and the ring reads on."""
+    _ns_a, ns_b = veth_pair
+    with entered(ns_b):
+        opened = rings.RxRing("vb", frames=64, max_frames=40000, program=bpf.UNICAST_ONLY, vnet_hdr=True,
+                              mapped=False)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            ring = rings.RxRing("vb", frames=64, max_frames=40000, vnet_hdr=True, sock=opened.sock)
+            small, small_bytes = ring.frame_nr, ring.ring_bytes
+            vm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmSize"))
+            resource.setrlimit(resource.RLIMIT_AS, (vm * 1024 + (8 << 20), resource.RLIM_INFINITY))
+            assert rings.ring_bytes_for(1560, 40000) > 8 << 20
+            grown = ring.grow()
+            if not grown and ring.frame_nr == ring.max_frames == small and ring.ring_bytes == small_bytes \
+                    and ring.frames(10) == [] and not ring.grow():
+                code = 0
+            else:
+                code = 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    opened.close()
+    assert os.waitstatus_to_exitcode(status) == 0, "the ring did not fall back to its small size"

@@ -147,16 +147,16 @@ class RxRing:
         self.drained = False  # the last frames() took every waiting frame
 
     def _map(self, inherited: bool) -> None:
-        try:
-            self.map = mmap.mmap(self.sock.fileno(), self.ring_bytes, mmap.MAP_SHARED,
-                                 mmap.PROT_READ | mmap.PROT_WRITE)
-        except OSError as exc:
-            # an inherited ring that an earlier reader (a worker since restarted) has grown
-            if not inherited or exc.errno != errno.EINVAL or self.frame_nr >= self.max_frames:
-                raise
-            self._size(self.max_frames)
-            self.map = mmap.mmap(self.sock.fileno(), self.ring_bytes, mmap.MAP_SHARED,
-                                 mmap.PROT_READ | mmap.PROT_WRITE)
+        while True:
+            try:
+                self.map = mmap.mmap(self.sock.fileno(), self.ring_bytes, mmap.MAP_SHARED,
+                                     mmap.PROT_READ | mmap.PROT_WRITE)
+                break
+            except OSError as exc:
+                # an inherited ring that an earlier reader (a worker since restarted) has grown
+                if not inherited or exc.errno != errno.EINVAL or self.frame_nr >= self.max_frames:
+                    raise
+                self._size(self.max_frames)
         self.view = memoryview(self.map)
 
     def _setup(self, ifname, program, fanout_group) -> None:

@@ -409,10 +409,13 @@ def ring_kib(pid: int) -> int:
     return total
 
 
+GROW_ATTEMPTS = 4
+
+
 def test_a_grown_ring_outlives_its_worker(scripts, tmp_path):
     """workers=2, every frame through the workers (kernel_forward off): 64 MB from n1 to
-    its neighbour n2 grow the receive ring of the n2 worker that carries the flow (rings
-    start at 1024 slots). Both of n2's workers are then killed: each restarted worker maps
+    its neighbour n2 (again, up to GROW_ATTEMPTS times, until it happens) grow the receive
+    ring of the n2 worker that carries the flow (rings start at 1024 slots). Both of n2's workers are then killed: each restarted worker maps
     the ring it inherits at the size it has now (with the size the daemon first gave, the
     kernel refuses the mapping and the worker would die again and again). Every worker
     restarts once, its rings as big as its predecessor's, and a fresh 16 MB arrive intact."""
@@ -420,9 +423,15 @@ def test_a_grown_ring_outlives_its_worker(scripts, tmp_path):
     with make_lab("line3", orig_interval_ms=INTERVAL_MS, workers=2, kernel_forward=False) as lab:
         lab.start()
         mesh_ready(lab, "n1", "n2")
-        sent, got = tcp_transfer(lab, scripts, "n1", "n2", path, 9520)
-        time.sleep(1.2)  # workers report their counters twice a second
-        grown = counters(dp(lab, "n2")).get("rx_ring_grown", 0)
+        # Whether a transfer outpaces the worker enough to fill half its ring depends on the
+        # machine (about one in seven does not here): another 64 MB until one does.
+        for attempt in range(GROW_ATTEMPTS):
+            sent, got = tcp_transfer(lab, scripts, "n1", "n2", path, 9520 + attempt)
+            assert got["bytes"] == sent["bytes"] == 64 << 20 and got["sha256"] == digest
+            time.sleep(1.2)  # workers report their counters twice a second
+            grown = counters(dp(lab, "n2")).get("rx_ring_grown", 0)
+            if grown:
+                break
         old = [w["pid"] for w in dp(lab, "n2")["workers"]]
         rings_before = [ring_kib(pid) for pid in old]
         for pid in old:
@@ -436,17 +445,16 @@ def test_a_grown_ring_outlives_its_worker(scripts, tmp_path):
         workers = dp(lab, "n2")["workers"]
         assert [w["restarts"] for w in workers] == [1, 1], f"a restarted worker died again: {workers}"
         rings_after = [ring_kib(w["pid"]) for w in workers]
-        small = [w["pid"] for w in workers]
+        restarted_pids = [w["pid"] for w in workers]
         fresh_path, fresh_digest = random_file(tmp_path, STREAM_MB)
         fresh_sent, fresh_got = tcp_transfer(lab, scripts, "n1", "n2", fresh_path, 9521)
         final = dp(lab, "n2")["workers"]
-    print(f"n2: rx_ring_grown {grown}; ring KiB per worker {rings_before} -> {rings_after}; "
-          f"restarts {[w['restarts'] for w in final]}")
-    assert got["bytes"] == sent["bytes"] == 64 << 20 and got["sha256"] == digest
-    assert grown >= 1, "64 MB through a worker did not grow its ring"
+    print(f"n2: rx_ring_grown {grown} after {attempt + 1} transfer(s); ring KiB per worker {rings_before} -> "
+          f"{rings_after}; restarts {[w['restarts'] for w in final]}")
+    assert grown >= 1, f"{GROW_ATTEMPTS} x 64 MB through a worker did not grow its ring"
     assert max(rings_before) > min(rings_before) or grown == 2, rings_before  # (grown: bigger than the other)
     assert rings_after == rings_before, "a restarted worker's rings differ from its predecessor's"
-    assert [w["restarts"] for w in final] == [1, 1] and [w["pid"] for w in final] == small, final
+    assert [w["restarts"] for w in final] == [1, 1] and [w["pid"] for w in final] == restarted_pids, final
     assert fresh_got["bytes"] == fresh_sent["bytes"] == STREAM_MB << 20 and fresh_got["sha256"] == fresh_digest
 
 
